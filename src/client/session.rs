@@ -1,0 +1,701 @@
+//! The session core: one supervisor thread that turns what the transport and the relay report
+//! into CONNECTED / SUSPENDED / RECONNECTED / LOST, a heartbeat that notices a silent
+//! connection, and the gate every request passes through.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use log::{debug, info, warn};
+use parking_lot::{Condvar, Mutex, RwLock};
+use zookeeper::{ZkResult, ZkState, ZooKeeper};
+
+use super::executor::{Executor, RunError};
+use super::relay::{Relay, RelayEvent};
+use super::state::{ConnectionState, SessionId, StateEvent, Subscription};
+use super::Config;
+use crate::error::{Error, Result};
+
+/// A crate instance that reported no connection for this long, although the crate retries a
+/// connection at least every 2 s, has lost its io thread (it panics on some inputs).
+const DEAD_INSTANCE: Duration = Duration::from_secs(5);
+
+/// Longest wait for the server to confirm a close-session on shutdown.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
+/// Messages to the supervisor.
+pub(crate) enum Msg {
+    /// A state change reported by crate instance `generation`.
+    Crate {
+        generation: u64,
+        state: ZkState,
+    },
+    Relay(RelayEvent),
+    BeatStarted {
+        seq: u64,
+        at: Instant,
+    },
+    BeatDone {
+        seq: u64,
+    },
+    Stop,
+}
+
+/// The live (or suspended) session.
+#[derive(Clone)]
+pub(crate) struct Session {
+    pub id: SessionId,
+    pub timeout: Duration,
+    pub passwd: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// No session yet, or a new one is being built after LOST.
+    Connecting,
+    Connected,
+    Suspended,
+    Closed,
+}
+
+pub(crate) struct Status {
+    pub phase: Phase,
+    pub session: Option<Session>,
+    /// Relay connection on which the session was last confirmed. A request is known to have
+    /// run under `session` only if no other connection was opened between its send and its
+    /// answer.
+    pub epoch: u64,
+    /// The latest send time of a request the server answered under `session`.
+    pub last_ok_sent: Option<Instant>,
+}
+
+/// What a call passed through the gate learned about where it ran.
+pub(crate) struct Attempt {
+    /// The answer came back on the connection the call was sent on, so it ran under
+    /// `session`.
+    pub same_connection: bool,
+    pub session: SessionId,
+}
+
+/// State shared by every `Client` handle and the client's own threads.
+pub(crate) struct Core {
+    pub config: Config,
+    pub relay: Relay,
+    executor: Executor,
+    zk: RwLock<Option<Arc<ZooKeeper>>>,
+    pub status: Mutex<Status>,
+    status_changed: Condvar,
+    subscribers: Mutex<Vec<Sender<StateEvent>>>,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    stop_heartbeat: Mutex<Option<Sender<()>>>,
+    closed: AtomicBool,
+    /// Transport instances built so far (tests read it to see that one was replaced).
+    pub instances: std::sync::atomic::AtomicU64,
+}
+
+impl Core {
+    /// Starts the relay, the first crate instance, the supervisor and the heartbeat.
+    pub fn start(config: Config) -> Result<Arc<Core>> {
+        let (tx, rx) = unbounded();
+        let relay_tx = tx.clone();
+        let relay = Relay::start(
+            config.connect.hosts.clone(),
+            config.connection_timeout,
+            config.session_timeout,
+            Arc::new(move |e| {
+                let _ = relay_tx.send(Msg::Relay(e));
+            }),
+        )
+        .map_err(|e| Error::BadArguments(format!("cannot open a loopback relay port: {e}")))?;
+        let core = Arc::new(Core {
+            config,
+            relay,
+            executor: Executor::new(),
+            zk: RwLock::new(None),
+            status: Mutex::new(Status {
+                phase: Phase::Connecting,
+                session: None,
+                epoch: 0,
+                last_ok_sent: None,
+            }),
+            status_changed: Condvar::new(),
+            subscribers: Mutex::new(Vec::new()),
+            tx,
+            rx,
+            threads: Mutex::new(Vec::new()),
+            stop_heartbeat: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            instances: std::sync::atomic::AtomicU64::new(0),
+        });
+        let mut supervisor = Supervisor {
+            core: core.clone(),
+            generation: 0,
+            handshake: None,
+            suspended_since: None,
+            connection_down_since: None,
+            beat: None,
+            replace_at: None,
+        };
+        supervisor.replace_instance();
+        let (stop_tx, stop_rx) = unbounded();
+        *core.stop_heartbeat.lock() = Some(stop_tx);
+        let spawned = [
+            thread::Builder::new()
+                .name("zk-supervisor".into())
+                .spawn(move || supervisor.run()),
+            {
+                let c = core.clone();
+                thread::Builder::new()
+                    .name("zk-heartbeat".into())
+                    .spawn(move || heartbeat(c, stop_rx))
+            },
+        ];
+        for handle in spawned {
+            match handle {
+                Ok(h) => core.threads.lock().push(h),
+                Err(e) => {
+                    core.shutdown();
+                    return Err(Error::BadArguments(format!("cannot start a thread: {e}")));
+                }
+            }
+        }
+        Ok(core)
+    }
+
+    pub fn subscribe(&self) -> Subscription {
+        let (tx, rx) = unbounded();
+        self.subscribers.lock().push(tx);
+        Subscription { rx }
+    }
+
+    fn publish(&self, state: ConnectionState, session_id: SessionId) {
+        match state {
+            ConnectionState::Lost => warn!("session {session_id} lost"),
+            ConnectionState::Suspended => warn!("session {session_id} suspended"),
+            _ => info!("session {session_id}: {state:?}"),
+        }
+        let event = StateEvent {
+            state,
+            session_id,
+            at: Instant::now(),
+        };
+        self.subscribers.lock().retain(|s| s.send(event).is_ok());
+    }
+
+    /// Waits until a request can be sent under a live session, at most until `until`.
+    /// Returns the transport, the session and the relay connection the request will use.
+    fn gate(&self, until: Instant) -> Result<(Arc<ZooKeeper>, SessionId, u64)> {
+        let mut status = self.status.lock();
+        loop {
+            match status.phase {
+                Phase::Closed => return Err(Error::Closed),
+                Phase::Connected => {
+                    let epoch = self.relay.epoch();
+                    if let (Some(s), true) = (&status.session, epoch == status.epoch) {
+                        if let Some(zk) = self.zk.read().clone() {
+                            return Ok((zk, s.id, epoch));
+                        }
+                    }
+                    // A new connection is being opened; the supervisor will say which
+                    // session it carries in a moment.
+                    let slice = (Instant::now() + Duration::from_millis(5)).min(until);
+                    if self
+                        .status_changed
+                        .wait_until(&mut status, slice)
+                        .timed_out()
+                        && Instant::now() >= until
+                    {
+                        return Err(Error::ConnectionLoss);
+                    }
+                }
+                Phase::Connecting | Phase::Suspended => {
+                    if self
+                        .status_changed
+                        .wait_until(&mut status, until)
+                        .timed_out()
+                    {
+                        return Err(Error::ConnectionLoss);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one request through the gate. With a `deadline` the request runs on a worker and
+    /// the caller stops waiting at the deadline; without one it runs on the caller's thread.
+    pub fn call<T, F>(&self, deadline: Option<Instant>, f: F) -> Result<(ZkResult<T>, Attempt)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ZooKeeper) -> ZkResult<T> + Send + 'static,
+    {
+        let gate_until = Instant::now() + self.config.connection_timeout;
+        let gate_until = deadline.map_or(gate_until, |d| d.min(gate_until));
+        let (zk, session, epoch) = self.gate(gate_until)?;
+        let sent = Instant::now();
+        let result = match deadline {
+            None => f(&zk),
+            Some(d) => match self.executor.run(d, move || f(&zk)) {
+                Ok(r) => r,
+                Err(RunError::Deadline) => {
+                    return Err(Error::timeout(
+                        "a ZooKeeper reply",
+                        d.saturating_duration_since(sent),
+                    ))
+                }
+                Err(RunError::Stopped) => return Err(Error::Closed),
+            },
+        };
+        let same_connection = self.relay.epoch() == epoch;
+        if result.is_ok() && same_connection {
+            let mut status = self.status.lock();
+            if status.session.as_ref().is_some_and(|s| s.id == session) {
+                status.last_ok_sent = Some(status.last_ok_sent.map_or(sent, |t| t.max(sent)));
+            }
+        }
+        Ok((
+            result,
+            Attempt {
+                same_connection,
+                session,
+            },
+        ))
+    }
+
+    /// Blocks until connected or `until`; returns the session.
+    pub fn wait_connected(&self, until: Instant) -> Result<SessionId> {
+        let mut status = self.status.lock();
+        loop {
+            match (&status.phase, &status.session) {
+                (Phase::Closed, _) => return Err(Error::Closed),
+                (Phase::Connected, Some(s)) => return Ok(s.id),
+                _ => {
+                    if self
+                        .status_changed
+                        .wait_until(&mut status, until)
+                        .timed_out()
+                    {
+                        return Err(Error::ConnectionLoss);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the session (when it is live), stops every thread of this client and waits for
+    /// them. Idempotent.
+    pub fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(stop) = self.stop_heartbeat.lock().take() {
+            let _ = stop.send(());
+        }
+        let _ = self.tx.send(Msg::Stop);
+        // [supervisor, heartbeat]; the heartbeat may sit in a call on a silent connection
+        // until the relay stops below, so it is joined last.
+        let mut threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        let heartbeat = if threads.len() > 1 {
+            threads.pop()
+        } else {
+            None
+        };
+        for t in threads {
+            let _ = t.join();
+        }
+        let live = self.status.lock().phase == Phase::Connected;
+        let zk = self.zk.write().take();
+        if let Some(zk) = zk {
+            let closer = zk.clone();
+            // Closing the session makes its ephemeral nodes go now, not at expiry. A server
+            // that does not answer within a few seconds gets no longer: the session then ends
+            // by expiring.
+            let deadline = Instant::now() + self.config.connection_timeout.min(CLOSE_WAIT);
+            let closed_cleanly = live
+                && matches!(
+                    self.executor.run(deadline, move || closer.close()),
+                    Ok(Ok(()))
+                );
+            if !closed_cleanly {
+                // The crate instance still runs its reconnect loop; make it end itself.
+                self.relay.poison();
+                self.relay.cut_all();
+                let until = Instant::now() + Duration::from_secs(4);
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    match self.rx.recv_timeout(left) {
+                        Ok(Msg::Crate {
+                            state: ZkState::Closed,
+                            ..
+                        })
+                        | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            }
+            drop(zk);
+        }
+        {
+            let mut status = self.status.lock();
+            status.phase = Phase::Closed;
+            self.status_changed.notify_all();
+        }
+        self.relay.stop();
+        if let Some(h) = heartbeat {
+            let _ = h.join();
+        }
+        self.executor.stop();
+        self.subscribers.lock().clear();
+        debug!("client closed");
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Test hook: see [`Relay::inject_stray_reply`].
+    #[cfg(feature = "testing")]
+    pub fn break_transport(&self) {
+        self.relay.inject_stray_reply();
+    }
+}
+
+struct Handshake {
+    epoch: u64,
+    session: Session,
+    sent_at: Instant,
+}
+
+struct Supervisor {
+    core: Arc<Core>,
+    generation: u64,
+    /// The latest session the relay saw granted, not yet confirmed by the crate.
+    handshake: Option<Handshake>,
+    suspended_since: Option<Instant>,
+    connection_down_since: Option<Instant>,
+    beat: Option<(u64, Instant)>,
+    /// When a crate instance could not be built, when to try again.
+    replace_at: Option<Instant>,
+}
+
+impl Supervisor {
+    fn run(mut self) {
+        loop {
+            let wake = self.next_deadline();
+            let msg = select! {
+                recv(self.core.rx) -> m => m.ok(),
+                default(wake.saturating_duration_since(Instant::now())) => None,
+            };
+            match msg {
+                Some(Msg::Stop) => return,
+                Some(m) => self.handle(m),
+                None => {}
+            }
+            self.check_timers();
+        }
+    }
+
+    fn session_timeout(&self) -> Duration {
+        let status = self.core.status.lock();
+        status
+            .session
+            .as_ref()
+            .map_or(self.core.config.session_timeout, |s| s.timeout)
+    }
+
+    fn beat_timeout(&self) -> Duration {
+        (self.session_timeout() / 3).max(Duration::from_millis(100))
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut next = Instant::now() + Duration::from_millis(250);
+        if let Some((_, at)) = self.beat {
+            next = next.min(at + self.beat_timeout());
+        }
+        if let Some(since) = self.suspended_since {
+            next = next.min(since + self.session_timeout());
+        }
+        if let Some(at) = self.replace_at {
+            next = next.min(at);
+        }
+        next
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Relay(e) => self.on_relay(e),
+            Msg::Crate { generation, state } if generation == self.generation => {
+                self.on_crate(state)
+            }
+            Msg::Crate { generation, state } => {
+                debug!("ignoring {state:?} from retired crate instance {generation}")
+            }
+            Msg::BeatStarted { seq, at } => self.beat = Some((seq, at)),
+            Msg::BeatDone { seq } => {
+                if self.beat.is_some_and(|(s, _)| s == seq) {
+                    self.beat = None;
+                }
+            }
+            Msg::Stop => {}
+        }
+    }
+
+    fn on_relay(&mut self, event: RelayEvent) {
+        match event {
+            RelayEvent::Accepted { epoch } => {
+                self.connection_down_since = None;
+                let current = self.core.status.lock().epoch;
+                if epoch > current {
+                    self.suspend("the transport opened a new connection");
+                }
+            }
+            RelayEvent::Session {
+                epoch,
+                id,
+                timeout,
+                passwd,
+                sent_at,
+            } => {
+                let id = SessionId(id);
+                let known = self.core.status.lock().session.as_ref().map(|s| s.id);
+                if let Some(old) = known.filter(|old| *old != id) {
+                    self.lose(old, "the server gave the connection a different session");
+                }
+                self.handshake = Some(Handshake {
+                    epoch,
+                    session: Session {
+                        id,
+                        timeout,
+                        passwd,
+                    },
+                    sent_at,
+                });
+            }
+            RelayEvent::Expired { epoch, id } => {
+                debug!("connection {epoch}: the server says session {id:#x} expired");
+                let known = self.core.status.lock().session.as_ref().map(|s| s.id);
+                if known == Some(SessionId(id)) {
+                    self.lose(SessionId(id), "the server reported it expired");
+                }
+            }
+            RelayEvent::Unreachable { epoch, error } => {
+                debug!("connection {epoch}: no ZooKeeper server reachable: {error}")
+            }
+            RelayEvent::Closed { epoch } => {
+                let current = self.core.status.lock().epoch;
+                if epoch >= current {
+                    self.connection_down_since.get_or_insert_with(Instant::now);
+                    self.suspend("the connection closed");
+                }
+            }
+        }
+    }
+
+    fn on_crate(&mut self, state: ZkState) {
+        debug!("crate instance {} reports {state:?}", self.generation);
+        match state {
+            ZkState::Connected | ZkState::ConnectedReadOnly => self.on_connected(),
+            // `NotConnected` is deprecated in the crate but still what it reports on a hang-up.
+            #[allow(deprecated)]
+            ZkState::Connecting | ZkState::NotConnected => {
+                self.suspend("the transport disconnected")
+            }
+            ZkState::AuthFailed => {
+                warn!("the server refused authentication");
+                self.suspend("authentication failed");
+            }
+            ZkState::Closed => {
+                self.suspend("the transport gave up");
+                self.replace_instance();
+            }
+            _ => {}
+        }
+    }
+
+    fn on_connected(&mut self) {
+        let Some(h) = self.handshake.take() else {
+            debug!("transport connected without a handshake seen; waiting for the next");
+            return;
+        };
+        self.suspended_since = None;
+        self.connection_down_since = None;
+        let (event, id) = {
+            let mut status = self.core.status.lock();
+            let event = match (&status.session, status.phase) {
+                (Some(s), Phase::Suspended) if s.id == h.session.id => {
+                    Some(ConnectionState::Reconnected)
+                }
+                (Some(s), _) if s.id == h.session.id => None,
+                _ => Some(ConnectionState::Connected),
+            };
+            if event == Some(ConnectionState::Connected) {
+                status.last_ok_sent = Some(h.sent_at);
+            } else {
+                status.last_ok_sent =
+                    Some(status.last_ok_sent.map_or(h.sent_at, |t| t.max(h.sent_at)));
+            }
+            status.session = Some(h.session.clone());
+            status.phase = Phase::Connected;
+            status.epoch = h.epoch;
+            self.core.status_changed.notify_all();
+            (event, h.session.id)
+        };
+        if let Some(event) = event {
+            self.core.publish(event, id);
+        }
+    }
+
+    fn suspend(&mut self, why: &str) {
+        let id = {
+            let mut status = self.core.status.lock();
+            if status.phase != Phase::Connected {
+                return;
+            }
+            status.phase = Phase::Suspended;
+            self.core.status_changed.notify_all();
+            status.session.as_ref().map(|s| s.id)
+        };
+        debug!("suspending: {why}");
+        self.suspended_since = Some(Instant::now());
+        if let Some(id) = id {
+            self.core.publish(ConnectionState::Suspended, id);
+        }
+    }
+
+    fn lose(&mut self, id: SessionId, why: &str) {
+        let session = {
+            let mut status = self.core.status.lock();
+            if status.session.as_ref().map(|s| s.id) != Some(id) {
+                return;
+            }
+            status.phase = Phase::Connecting;
+            status.last_ok_sent = None;
+            self.core.status_changed.notify_all();
+            status.session.take()
+        };
+        warn!("session {id} is lost: {why}");
+        self.suspended_since = None;
+        self.core.relay.ban(id.0);
+        if let Some(s) = session {
+            // Whatever the server still keeps of it goes now rather than at its expiry.
+            self.core.relay.close_session_on_server(id.0, s.passwd);
+        }
+        // The transport may still be attached to the old session; make it start anew.
+        self.core.relay.cut_all();
+        self.core.publish(ConnectionState::Lost, id);
+    }
+
+    fn check_timers(&mut self) {
+        let now = Instant::now();
+        if let Some((_, at)) = self.beat {
+            if now >= at + self.beat_timeout() {
+                warn!(
+                    "no reply to a heartbeat within {:?}: the connection is silent; cutting it",
+                    self.beat_timeout()
+                );
+                self.beat = None;
+                self.suspend("heartbeat unanswered");
+                self.core.relay.cut_all();
+            }
+        }
+        if let Some(since) = self.suspended_since {
+            if now >= since + self.session_timeout() {
+                let id = self.core.status.lock().session.as_ref().map(|s| s.id);
+                if let Some(id) = id {
+                    self.lose(id, "suspended for a whole session timeout");
+                }
+                self.suspended_since = None;
+            }
+        }
+        if let Some(since) = self.connection_down_since {
+            if now >= since + DEAD_INSTANCE {
+                warn!("the transport stopped reconnecting (its io thread died); replacing it");
+                self.connection_down_since = None;
+                self.replace_instance();
+            }
+        }
+        if self.replace_at.is_some_and(|at| now >= at) {
+            self.replace_instance();
+        }
+    }
+
+    /// Builds a new crate instance connected through the relay. The relay makes it resume the
+    /// live session, if there is one.
+    fn replace_instance(&mut self) {
+        self.replace_at = None;
+        let old = self.core.zk.write().take();
+        self.generation += 1;
+        let generation = self.generation;
+        let tx = self.core.tx.clone();
+        let addr = self.core.relay.addr().to_string();
+        let timeout = self.core.config.session_timeout;
+        let built = {
+            let _gate = self.core.relay.gate_handshakes();
+            // The crate unwraps socket and poll set-up in its constructor; a panic there must
+            // not take the supervisor down.
+            let built = catch_unwind(AssertUnwindSafe(|| {
+                ZooKeeper::connect(&addr, timeout, |_: zookeeper::WatchedEvent| {})
+            }));
+            match built {
+                Ok(Ok(zk)) => {
+                    zk.add_listener(move |state| {
+                        let _ = tx.send(Msg::Crate { generation, state });
+                    });
+                    *self.core.zk.write() = Some(Arc::new(zk));
+                    self.core.instances.fetch_add(1, Ordering::SeqCst);
+                    true
+                }
+                Ok(Err(e)) => {
+                    warn!("could not build a transport instance: {e:?}");
+                    false
+                }
+                Err(_) => {
+                    warn!("the transport panicked while starting");
+                    false
+                }
+            }
+        };
+        if !built {
+            self.replace_at = Some(Instant::now() + Duration::from_secs(1));
+        }
+        debug!("crate instance {generation} started");
+        if let Some(old) = old {
+            // A retired instance is dead (closed or its io thread gone), so dropping it returns
+            // at once; do it off this thread anyway, since its `Drop` sends a request.
+            let _ = thread::Builder::new()
+                .name("zk-retire".into())
+                .spawn(move || drop(old));
+        }
+    }
+}
+
+fn heartbeat(core: Arc<Core>, stop: Receiver<()>) {
+    let mut seq = 0u64;
+    loop {
+        let interval = {
+            let status = core.status.lock();
+            status
+                .session
+                .as_ref()
+                .map_or(core.config.session_timeout, |s| s.timeout)
+                / 3
+        };
+        select! {
+            recv(stop) -> _ => return,
+            default(interval.max(Duration::from_millis(50))) => {}
+        }
+        if core.status.lock().phase != Phase::Connected {
+            continue;
+        }
+        seq += 1;
+        let _ = core.tx.send(Msg::BeatStarted {
+            seq,
+            at: Instant::now(),
+        });
+        let _ = core.call(None, |zk| zk.exists("/", false));
+        let _ = core.tx.send(Msg::BeatDone { seq });
+    }
+}

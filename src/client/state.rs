@@ -1,0 +1,100 @@
+//! Connection states as the framework reports them, and subscriptions to them.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+/// A ZooKeeper session id, shown as the server shows it (`0x` and 16 hex digits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub i64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#018x}", self.0)
+    }
+}
+
+/// What happened to the connection, as the recipes need to know it.
+///
+/// The order for one session is always `Connected`, then any number of
+/// `Suspended` → `Reconnected` pairs, then possibly `Suspended` → `Lost` (or `Lost` straight
+/// from connected when the server reports the session gone). After `Lost` the client builds a
+/// new session and reports `Connected` again with the new id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionState {
+    /// A new session is established (the first one, or a new one after `Lost`).
+    Connected,
+    /// The connection broke or went silent. The session may still be alive on the server;
+    /// nothing held under it can be trusted until `Reconnected`.
+    Suspended,
+    /// The same session is back after `Suspended`. Watches set before are gone (the transport
+    /// cannot restore them): re-read what you watch.
+    Reconnected,
+    /// The session is gone: the server expired it, or it could not be reached for a full
+    /// session timeout. Its ephemeral nodes, and so its locks, are gone.
+    Lost,
+}
+
+impl ConnectionState {
+    /// True for the states in which requests can be made under a live session.
+    pub fn is_connected(self) -> bool {
+        matches!(
+            self,
+            ConnectionState::Connected | ConnectionState::Reconnected
+        )
+    }
+}
+
+/// One state change, with the session it refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateEvent {
+    /// The new state.
+    pub state: ConnectionState,
+    /// The session the state refers to: for `Lost`, the session that was lost; for
+    /// `Connected`, the new one.
+    pub session_id: SessionId,
+    /// When the client decided it.
+    pub at: Instant,
+}
+
+/// A stream of [`StateEvent`]s, in the order they happened. Dropping it unsubscribes.
+///
+/// Events are delivered from the client's own supervisor thread through an unbounded channel,
+/// never on the transport's threads, so a slow subscriber delays nobody.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    pub(crate) rx: Receiver<StateEvent>,
+}
+
+impl Subscription {
+    /// The next event, waiting at most `timeout`; `None` on timeout or once the client closed.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<StateEvent> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// The next event if one is queued.
+    pub fn try_recv(&self) -> Option<StateEvent> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The channel itself, to `select!` on together with other channels.
+    pub fn receiver(&self) -> &Receiver<StateEvent> {
+        &self.rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_print_like_the_server_prints_them() {
+        assert_eq!(
+            SessionId(0x1000_0a2b_0000_0001).to_string(),
+            "0x10000a2b00000001"
+        );
+        assert!(ConnectionState::Reconnected.is_connected());
+        assert!(!ConnectionState::Suspended.is_connected());
+    }
+}

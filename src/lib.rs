@@ -1,0 +1,40 @@
+//! # zk-recipes
+//!
+//! Curator-style ZooKeeper recipes with a blocking API, for thread-based Rust services and
+//! batch clusters that need one holder at a time across machines.
+//!
+//! The crate is layered like Apache Curator:
+//!
+//! 1. [`Client`]: the framework client. It sits on the `zookeeper` crate, waits until a
+//!    session really exists, reports CONNECTED / SUSPENDED / RECONNECTED / LOST with the
+//!    session id, resumes the session when the transport gives up, bounds every call, retries
+//!    what is safe to retry, and tells until when the session is certainly valid.
+//! 2. The lock core, shared by every lock recipe (coming with the mutex recipes).
+//! 3. Thin recipes on top.
+//!
+//! With the `testing` feature, the `testing` module runs the real Apache ZooKeeper server
+//! (single or an ensemble) and a fault proxy, for tests and examples.
+//!
+//! See the [`client`] module for the layering, the client's state machine and how each gap of
+//! the transport is closed.
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod connect_string;
+pub mod error;
+pub mod paths;
+pub mod retry;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use client::{
+    Client, ClientBuilder, ConnectionState, CreateMode, SessionId, Stat, StateEvent, Subscription,
+    WatchEvent, WatchKind,
+};
+pub use error::{Error, Result, ZkCode};
+pub use retry::RetryPolicy;
+
+/// The README's code blocks, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,158 @@
+//! ZooKeeper path rules, checked before anything is sent.
+//!
+//! The rules are the server's own (`PathUtils.validatePath`): a path is absolute, has no empty,
+//! `.` or `..` segment, no trailing slash (except the root, and except the prefix of a
+//! sequential create), and none of the characters the server refuses. The server counts
+//! characters in UTF-16, so anything outside the Basic Multilingual Plane (a surrogate pair
+//! there) is refused too.
+
+use crate::error::{Error, Result};
+
+/// Longest path we accept. ZooKeeper itself only bounds a whole request by `jute.maxbuffer`
+/// (1 MiB by default); a path this long is a bug in the caller, not a lock name.
+pub const MAX_PATH_LEN: usize = 4096;
+
+fn invalid(path: &str, reason: &'static str) -> Error {
+    Error::InvalidPath {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+fn forbidden_char(c: char) -> bool {
+    matches!(c,
+        '\u{1}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{e000}'..='\u{f8ff}'
+        | '\u{fff0}'..='\u{ffff}')
+        || (c as u32) > 0xffff
+}
+
+/// Checks `path` against ZooKeeper's rules. `sequential` allows the trailing slash that a
+/// sequential create may end with (the server appends the counter).
+pub fn validate(path: &str, sequential: bool) -> Result<()> {
+    if path.is_empty() {
+        return Err(invalid(path, "a path cannot be empty"));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(path, "a path must start with '/'"));
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(invalid(path, "path longer than 4096 bytes"));
+    }
+    if path.len() == 1 {
+        return Ok(());
+    }
+    let body = if sequential && path.ends_with('/') {
+        &path[..path.len() - 1]
+    } else {
+        path
+    };
+    if body.ends_with('/') {
+        return Err(invalid(path, "a path must not end with '/'"));
+    }
+    for segment in body[1..].split('/') {
+        match segment {
+            "" => return Err(invalid(path, "empty segment ('//')")),
+            "." | ".." => return Err(invalid(path, "'.' and '..' segments are not allowed")),
+            _ => {}
+        }
+        if segment.contains('\0') {
+            return Err(invalid(path, "NUL character"));
+        }
+        if segment.chars().any(forbidden_char) {
+            return Err(invalid(path, "character ZooKeeper refuses"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a single node name (no slashes) such as a lock prefix.
+pub fn validate_name(name: &str) -> Result<()> {
+    if name.contains('/') {
+        return Err(invalid(name, "a node name cannot contain '/'"));
+    }
+    validate(&format!("/{name}"), false).map_err(|e| match e {
+        Error::InvalidPath { reason, .. } => invalid(name, reason),
+        other => other,
+    })
+}
+
+/// `parent` + `/` + `child`, without doubling the slash at the root.
+pub fn join(parent: &str, child: &str) -> String {
+    if parent == "/" {
+        format!("/{child}")
+    } else {
+        format!("{parent}/{child}")
+    }
+}
+
+/// The parent of a valid path; `None` for the root.
+pub fn parent(path: &str) -> Option<&str> {
+    match path.rfind('/') {
+        Some(0) if path.len() > 1 => Some("/"),
+        Some(0) | None => None,
+        Some(i) => Some(&path[..i]),
+    }
+}
+
+/// The last segment of a valid path.
+pub fn node_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_what_zookeeper_accepts() {
+        for p in [
+            "/",
+            "/a",
+            "/a/b-c_d.e",
+            "/lock/_c_x-lock-0000000001",
+            "/a/..b",
+            "/ü",
+        ] {
+            assert!(validate(p, false).is_ok(), "{p}");
+        }
+        assert!(validate("/locks/", true).is_ok());
+    }
+
+    #[test]
+    fn refuses_what_zookeeper_refuses() {
+        for p in [
+            "",
+            "a",
+            "/a/",
+            "//",
+            "/a//b",
+            "/.",
+            "/a/..",
+            "/a/./b",
+            "/a\0b",
+            "/a\u{1}",
+            "/\u{e000}",
+            "/😀",
+        ] {
+            assert!(
+                matches!(validate(p, false), Err(Error::InvalidPath { .. })),
+                "{p:?}"
+            );
+        }
+        assert!(validate(&"/x".repeat(3000), false).is_err());
+        assert!(validate_name("a/b").is_err());
+        assert!(validate_name("lock-").is_ok());
+    }
+
+    #[test]
+    fn joins_and_splits() {
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("/a", "b"), "/a/b");
+        assert_eq!(parent("/a/b"), Some("/a"));
+        assert_eq!(parent("/a"), Some("/"));
+        assert_eq!(parent("/"), None);
+        assert_eq!(node_name("/a/b"), "b");
+    }
+}

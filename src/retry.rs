@@ -1,0 +1,87 @@
+//! When to retry an operation that failed with connection loss, and how long to wait first.
+
+use std::time::Duration;
+
+/// Exponential backoff with a cap, bounded by a number of retries and by total elapsed time.
+///
+/// The n-th retry (n starting at 0) waits `base * 2^n`, capped at `max_sleep`; no retry starts
+/// once `max_retries` have been made or `max_elapsed` has passed since the first attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// First backoff.
+    pub base: Duration,
+    /// Largest backoff.
+    pub max_sleep: Duration,
+    /// Most retries after the first attempt.
+    pub max_retries: u32,
+    /// Give up once this much time has passed since the first attempt.
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(50),
+            max_sleep: Duration::from_secs(2),
+            max_retries: 10,
+            max_elapsed: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn never() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..Default::default()
+        }
+    }
+
+    /// The backoff before retry number `retry` (0-based), or `None` if no retry is allowed
+    /// after `elapsed` since the first attempt.
+    pub fn backoff(&self, retry: u32, elapsed: Duration) -> Option<Duration> {
+        if retry >= self.max_retries || elapsed >= self.max_elapsed {
+            return None;
+        }
+        let factor = 1u32.checked_shl(retry.min(20)).unwrap_or(u32::MAX);
+        Some(self.base.saturating_mul(factor).min(self.max_sleep))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_up_to_the_cap_and_stops() {
+        let p = RetryPolicy {
+            base: Duration::from_millis(10),
+            max_sleep: Duration::from_millis(50),
+            max_retries: 4,
+            max_elapsed: Duration::from_secs(1),
+        };
+        let got: Vec<_> = (0..5).map(|n| p.backoff(n, Duration::ZERO)).collect();
+        assert_eq!(
+            got,
+            vec![
+                Some(Duration::from_millis(10)),
+                Some(Duration::from_millis(20)),
+                Some(Duration::from_millis(40)),
+                Some(Duration::from_millis(50)),
+                None
+            ]
+        );
+        assert_eq!(p.backoff(0, Duration::from_secs(1)), None);
+        assert_eq!(RetryPolicy::never().backoff(0, Duration::ZERO), None);
+        assert!(p.backoff(31, Duration::ZERO).is_none());
+        let long = RetryPolicy {
+            max_retries: 100,
+            ..p
+        };
+        assert_eq!(
+            long.backoff(64, Duration::ZERO),
+            Some(Duration::from_millis(50))
+        );
+    }
+}

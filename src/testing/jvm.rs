@@ -1,0 +1,245 @@
+//! Starting and stopping ZooKeeper's JVM so that it never outlives the process that started it.
+//!
+//! The JVM runs under a small `sh` wrapper that reads its standard input from us: when we close
+//! it (on drop, or because our process died in any way, even `SIGKILL`), the wrapper's `read`
+//! returns and it kills the JVM. A static server that is never dropped therefore still goes
+//! with the test binary.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::HarnessError;
+
+const WRAPPER: &str = r#"
+"$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
+pid=$!
+echo "$pid"
+read _ignored
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+exit 0
+"#;
+
+/// Default location of the Debian package's server jar (its manifest names the rest).
+pub const DEBIAN_CLASSPATH: &str = "/usr/share/java/zookeeper.jar";
+const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+
+/// The classpath to run: `ZOOKEEPER_CLASSPATH` or the Debian package's jars. Checked: every
+/// file entry must exist.
+pub(crate) fn classpath(explicit: Option<&str>) -> Result<String, HarnessError> {
+    let cp = match explicit
+        .map(str::to_owned)
+        .or_else(|| std::env::var("ZOOKEEPER_CLASSPATH").ok())
+    {
+        Some(cp) => cp,
+        None => {
+            let mut cp = DEBIAN_CLASSPATH.to_owned();
+            // Without an slf4j binding the server logs nothing; with it, its log explains a
+            // failed start.
+            if Path::new(SLF4J_SIMPLE).exists() {
+                cp.push(':');
+                cp.push_str(SLF4J_SIMPLE);
+            }
+            cp
+        }
+    };
+    for entry in cp.split(':').filter(|e| !e.is_empty()) {
+        let entry_path = entry.trim_end_matches('*');
+        if !Path::new(entry_path).exists() {
+            return Err(HarnessError::ZooKeeperMissing(format!(
+                "ZooKeeper classpath entry {entry} does not exist. Install the server with \
+                 `apt-get install zookeeper` (Debian/Ubuntu), or point ZOOKEEPER_CLASSPATH at \
+                 its jars"
+            )));
+        }
+    }
+    Ok(cp)
+}
+
+pub(crate) fn java() -> Result<PathBuf, HarnessError> {
+    if let Ok(j) = std::env::var("ZOOKEEPER_JAVA") {
+        return Ok(PathBuf::from(j));
+    }
+    if let Ok(home) = std::env::var("JAVA_HOME") {
+        let p = Path::new(&home).join("bin/java");
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("java"))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            HarnessError::ZooKeeperMissing(
+                "no `java` on PATH. Install ZooKeeper (it brings Java) with \
+                 `apt-get install zookeeper`"
+                    .into(),
+            )
+        })
+}
+
+/// A running JVM under the watchdog wrapper.
+pub(crate) struct Jvm {
+    wrapper: Child,
+    stdin: Option<ChildStdin>,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl Jvm {
+    pub fn spawn(
+        classpath: &str,
+        main_class: &str,
+        args: &[String],
+        log: &Path,
+    ) -> Result<Jvm, HarnessError> {
+        let java = java()?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(WRAPPER)
+            .arg("zk-recipes-jvm")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-Dzookeeper.admin.enableServer=false",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-cp",
+                classpath,
+                main_class,
+            ])
+            .args(args)
+            .env("ZKR_JAVA", &java)
+            .env("ZKR_LOG", log)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut wrapper = cmd.spawn()?;
+        let stdin = wrapper.stdin.take();
+        let mut first = String::new();
+        if let Some(out) = wrapper.stdout.take() {
+            BufReader::new(out).read_line(&mut first)?;
+        }
+        let pid: u32 = first.trim().parse().map_err(|_| {
+            HarnessError::StartFailed(format!("JVM wrapper printed {first:?} instead of a pid"))
+        })?;
+        Ok(Jvm {
+            wrapper,
+            stdin,
+            pid,
+            log: log.to_owned(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn is_alive(&self) -> bool {
+        pid_alive(self.pid)
+    }
+
+    /// The last lines of the JVM's log, for error messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// Kills the JVM (`SIGKILL`, like a crash) and waits for it.
+    pub fn kill(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.wrapper.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = Command::new("kill")
+                        .args(["-9", &self.pid.to_string()])
+                        .status();
+                    let _ = self.wrapper.kill();
+                    let _ = self.wrapper.wait();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// True if a process with this pid exists (and is not a zombie).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub(crate) fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Sends a four-letter word and returns the answer.
+pub fn four_letter(addr: SocketAddr, word: &str, timeout: Duration) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(word.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// A free loopback port (bound and released; the usual small race is acceptable in tests).
+pub(crate) fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> std::io::Result<TempDir> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "zk-recipes-{tag}-{}-{n}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

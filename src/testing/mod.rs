@@ -1,0 +1,66 @@
+//! A test harness that runs the real Apache ZooKeeper server (feature `testing`).
+//!
+//! - [`TestingServer`]: one server on a free loopback port, with its own temporary data.
+//! - [`TestingCluster`]: an n-server ensemble on loopback; members can be killed and restarted.
+//! - [`FaultProxy`]: a TCP proxy that cuts, black-holes or refuses connections on demand.
+//!
+//! The server comes from the system installation: Debian's `zookeeper` package puts its jars
+//! in `/usr/share/java` (`apt-get install zookeeper`; Java comes with it). Set
+//! `ZOOKEEPER_CLASSPATH` to use other jars, `ZOOKEEPER_JAVA` for another `java`.
+//!
+//! No JVM outlives the process that started it: each runs under a wrapper that kills it when
+//! our end of its standard input closes, which the kernel does when our process ends, however
+//! it ends.
+
+mod cluster;
+mod jvm;
+mod proxy;
+mod server;
+
+use std::fmt;
+
+pub use cluster::TestingCluster;
+pub use jvm::{four_letter, pid_alive, DEBIAN_CLASSPATH};
+pub use proxy::FaultProxy;
+pub use server::{ServerOptions, TestingServer};
+
+/// Why the harness could not provide a server.
+#[derive(Debug)]
+pub enum HarnessError {
+    /// ZooKeeper or Java is not installed where expected; the message says how to install it.
+    ZooKeeperMissing(String),
+    /// The server did not come up; the message carries the end of its log.
+    StartFailed(String),
+    /// A file or socket operation failed.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HarnessError::ZooKeeperMissing(m) | HarnessError::StartFailed(m) => f.write_str(m),
+            HarnessError::Io(e) => write!(f, "test harness I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+/// Makes the server end session `id` now, the way a second client that takes the session over
+/// and closes it does (Curator's `KillSession`). The client that owned it finds it expired on
+/// its next reconnect. Returns false if the session had already expired.
+pub fn expire_session(
+    server: std::net::SocketAddr,
+    id: crate::SessionId,
+    passwd: &[u8],
+) -> std::io::Result<bool> {
+    let timeout = std::time::Duration::from_secs(5);
+    let mut sock = std::net::TcpStream::connect_timeout(&server, timeout)?;
+    crate::client::wire::close_session(&mut sock, id.0, passwd, timeout)
+}
+
+impl From<std::io::Error> for HarnessError {
+    fn from(e: std::io::Error) -> Self {
+        HarnessError::Io(e)
+    }
+}

@@ -1,0 +1,216 @@
+//! A TCP proxy that breaks connections on demand.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// How often an idle pump looks at the proxy's mode.
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Pass,
+    Blackhole,
+    Refuse,
+}
+
+struct Conn {
+    cut: Arc<AtomicBool>,
+    sockets: [TcpStream; 2],
+}
+
+struct Shared {
+    target: SocketAddr,
+    mode: Mutex<Mode>,
+    conns: Mutex<Vec<Conn>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    stopping: AtomicBool,
+    held: AtomicU64,
+    accepted: AtomicU64,
+}
+
+/// A TCP proxy in front of one server, for fault tests.
+///
+/// - [`cut`](Self::cut): closes every current connection now. A client sees connection loss;
+///   its session survives on the server.
+/// - [`blackhole`](Self::blackhole) / [`heal`](Self::heal): keeps sockets open but holds every
+///   byte (a half-open connection, or a partition); held bytes are delivered on heal, as TCP
+///   would retransmit them. Long enough, and the server expires the session.
+/// - [`refuse`](Self::refuse): closes current connections and every new one at once.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port in front of `target`.
+    pub fn start(target: SocketAddr) -> std::io::Result<FaultProxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            target,
+            mode: Mutex::new(Mode::Pass),
+            conns: Mutex::new(Vec::new()),
+            threads: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+            held: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let acceptor = thread::Builder::new()
+            .name("fault-proxy".into())
+            .spawn(move || accept_loop(s, listener))?;
+        Ok(FaultProxy {
+            addr,
+            shared,
+            acceptor: Mutex::new(Some(acceptor)),
+        })
+    }
+
+    /// The proxy's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `127.0.0.1:<proxy port>`, to give a client instead of the server's.
+    pub fn connect_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Closes every current connection now.
+    pub fn cut(&self) {
+        for c in self.shared.conns.lock().drain(..) {
+            c.cut.store(true, Ordering::SeqCst);
+            for s in &c.sockets {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Holds every byte in both directions until [`heal`](Self::heal), keeping sockets open.
+    pub fn blackhole(&self) {
+        *self.shared.mode.lock() = Mode::Blackhole;
+    }
+
+    /// Closes current connections and refuses new ones until [`heal`](Self::heal).
+    pub fn refuse(&self) {
+        *self.shared.mode.lock() = Mode::Refuse;
+        self.cut();
+    }
+
+    /// Back to passing traffic; held bytes are delivered.
+    pub fn heal(&self) {
+        *self.shared.mode.lock() = Mode::Pass;
+    }
+
+    /// Bytes received while black-holed and not delivered yet: a test can wait for this to
+    /// know a request is in flight.
+    pub fn held_bytes(&self) -> u64 {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(h) = self.acceptor.lock().take() {
+            let _ = h.join();
+        }
+        self.cut();
+        let threads: Vec<_> = std::mem::take(&mut *self.shared.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    for conn in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(client) = conn else { continue };
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        if *shared.mode.lock() == Mode::Refuse {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        }
+        let Ok(server) = TcpStream::connect_timeout(&shared.target, Duration::from_secs(2)) else {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        };
+        let cut = Arc::new(AtomicBool::new(false));
+        let clones = (
+            client.try_clone(),
+            server.try_clone(),
+            client.try_clone(),
+            server.try_clone(),
+        );
+        let (Ok(c1), Ok(s1), Ok(c2), Ok(s2)) = clones else {
+            continue;
+        };
+        shared.conns.lock().push(Conn {
+            cut: cut.clone(),
+            sockets: [c1, s1],
+        });
+        let mut threads = shared.threads.lock();
+        threads.retain(|t| !t.is_finished());
+        for (from, to) in [(client, s2), (server, c2)] {
+            let s = shared.clone();
+            let cut = cut.clone();
+            if let Ok(h) = thread::Builder::new()
+                .name("fault-proxy-pump".into())
+                .spawn(move || pump(&s, from, to, &cut))
+            {
+                threads.push(h);
+            }
+        }
+    }
+}
+
+fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool) {
+    let _ = from.set_read_timeout(Some(POLL));
+    let _ = to.set_nodelay(true);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        if cut.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+        if *shared.mode.lock() == Mode::Blackhole {
+            shared.held.store(pending.len() as u64, Ordering::SeqCst);
+            continue;
+        }
+        if !pending.is_empty() {
+            shared.held.store(0, Ordering::SeqCst);
+            if to.write_all(&pending).is_err() {
+                break;
+            }
+            pending.clear();
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}

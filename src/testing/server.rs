@@ -1,0 +1,207 @@
+//! A single Apache ZooKeeper server for tests.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::jvm::{self, four_letter, Jvm, TempDir};
+use super::HarnessError;
+
+/// Server settings shared by [`TestingServer`] and [`TestingCluster`](super::TestingCluster).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The server's tick. Sessions can be as short as two ticks, so the default of 100 ms
+    /// allows 200 ms sessions, and a fault test's session expiry costs about a second.
+    pub tick_time: Duration,
+    /// Largest session timeout the server grants. Default 60 s.
+    pub max_session_timeout: Duration,
+    /// `fsync` the transaction log on every write. Default off: tests and benches measure the
+    /// protocol, not the disk.
+    pub force_sync: bool,
+    /// Classpath override (otherwise `ZOOKEEPER_CLASSPATH`, otherwise the Debian jars).
+    pub classpath: Option<String>,
+    /// How long to wait for the server to answer `ruok`. Default 60 s.
+    pub start_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            tick_time: Duration::from_millis(100),
+            max_session_timeout: Duration::from_secs(60),
+            force_sync: false,
+            classpath: None,
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// The common part of `zoo.cfg`.
+    pub(crate) fn base_config(&self, data_dir: &Path, client_port: u16) -> String {
+        let mut cfg = String::new();
+        let _ = writeln!(cfg, "tickTime={}", self.tick_time.as_millis());
+        let _ = writeln!(cfg, "dataDir={}", data_dir.display());
+        let _ = writeln!(cfg, "clientPort={client_port}");
+        let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");
+        let _ = writeln!(
+            cfg,
+            "maxSessionTimeout={}",
+            self.max_session_timeout.as_millis()
+        );
+        let _ = writeln!(cfg, "maxClientCnxns=0");
+        let _ = writeln!(cfg, "admin.enableServer=false");
+        let _ = writeln!(cfg, "4lw.commands.whitelist=*");
+        let _ = writeln!(
+            cfg,
+            "forceSync={}",
+            if self.force_sync { "yes" } else { "no" }
+        );
+        cfg
+    }
+}
+
+/// The `Mode:` line of a `srvr` answer (`standalone`, `leader`, `follower`), present only
+/// while the server serves requests.
+pub(crate) fn mode_of(srvr: &str) -> Option<&str> {
+    srvr.lines()
+        .find_map(|l| l.strip_prefix("Mode: "))
+        .map(str::trim)
+}
+
+/// Waits until `addr` answers `word` with a reply that `ready` accepts, or the JVM dies, or
+/// `timeout` passes.
+pub(crate) fn wait_ready(
+    addr: SocketAddr,
+    word: &str,
+    ready: impl Fn(&str) -> bool,
+    jvm: &Jvm,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Ok(answer) = four_letter(addr, word, Duration::from_millis(500)) {
+            if ready(&answer) {
+                return Ok(());
+            }
+        }
+        if !jvm.is_alive() {
+            return Err(HarnessError::StartFailed(format!(
+                "the ZooKeeper JVM exited during start-up. Its log:\n{}",
+                jvm.log_tail()
+            )));
+        }
+        if Instant::now() >= until {
+            return Err(HarnessError::StartFailed(format!(
+                "ZooKeeper at {addr} did not answer `{word}` within {timeout:?}. Its log:\n{}",
+                jvm.log_tail()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A real Apache ZooKeeper server on a free loopback port, with its own temporary data
+/// directory. Its JVM is killed on drop, and also if the process that started it dies.
+///
+/// ```no_run
+/// use zk_recipes::testing::TestingServer;
+/// let server = TestingServer::start().expect("apt-get install zookeeper");
+/// let client = zk_recipes::Client::connect(&server.connect_string()).unwrap();
+/// ```
+pub struct TestingServer {
+    port: u16,
+    options: ServerOptions,
+    classpath: String,
+    dir: TempDir,
+    jvm: Mutex<Option<Jvm>>,
+}
+
+impl TestingServer {
+    /// Starts a server with the default [`ServerOptions`].
+    pub fn start() -> Result<TestingServer, HarnessError> {
+        TestingServer::with_options(ServerOptions::default())
+    }
+
+    /// Starts a server with `options`.
+    pub fn with_options(options: ServerOptions) -> Result<TestingServer, HarnessError> {
+        let classpath = jvm::classpath(options.classpath.as_deref())?;
+        let dir = TempDir::new("server")?;
+        let port = jvm::free_port()?;
+        std::fs::create_dir_all(dir.path().join("data"))?;
+        let cfg = options.base_config(&dir.path().join("data"), port);
+        std::fs::write(dir.path().join("zoo.cfg"), cfg)?;
+        let server = TestingServer {
+            port,
+            options,
+            classpath,
+            dir,
+            jvm: Mutex::new(None),
+        };
+        server.launch()?;
+        Ok(server)
+    }
+
+    fn launch(&self) -> Result<(), HarnessError> {
+        let jvm = Jvm::spawn(
+            &self.classpath,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            &[self.dir.path().join("zoo.cfg").display().to_string()],
+            &self.dir.path().join("server.log"),
+        )?;
+        // `ruok` answers `imok` a few hundred milliseconds before the server takes sessions;
+        // `srvr` reports a mode only once it does.
+        wait_ready(
+            self.addr(),
+            "srvr",
+            |a| mode_of(a).is_some(),
+            &jvm,
+            self.options.start_timeout,
+        )?;
+        *self.jvm.lock() = Some(jvm);
+        Ok(())
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn connect_string(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// The JVM's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.jvm.lock().as_ref().map(|j| j.pid())
+    }
+
+    /// Kills the server (like a crash; data stays on disk).
+    pub fn stop(&self) {
+        if let Some(j) = self.jvm.lock().take() {
+            j.kill();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port with the same data, and waits
+    /// until it answers. A restart shorter than a session's timeout keeps that session.
+    pub fn restart(&self) -> Result<(), HarnessError> {
+        self.stop();
+        self.launch()
+    }
+
+    /// Sends a four-letter word (`srvr`, `cons`, `stat`, ...) and returns the answer.
+    pub fn four_letter(&self, word: &str) -> std::io::Result<String> {
+        four_letter(self.addr(), word, Duration::from_secs(5))
+    }
+}
+
+impl Drop for TestingServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

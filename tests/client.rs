@@ -1,0 +1,273 @@
+//! The framework client against a real server: sessions, operations, watches, errors.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crossbeam_channel::unbounded;
+use rstest::rstest;
+use zk_recipes::testing::pid_alive;
+use zk_recipes::{Client, CreateMode, Error, WatchKind, ZkCode};
+
+#[test]
+fn connect_waits_for_a_session_and_knows_its_id_and_timeout() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let id = client.session_id().expect("a session after connect");
+    assert!(client.is_connected());
+    let root = root("session-id");
+    client.ensure_path(&root).unwrap();
+    let node = client
+        .create(&format!("{root}/e"), b"", CreateMode::Ephemeral)
+        .unwrap();
+    let (_, stat) = client.data(&node).unwrap();
+    assert_eq!(stat.ephemeral_owner, id.0);
+    assert_eq!(client.session_timeout(), Duration::from_secs(10));
+    assert!(client.session_valid_until().unwrap() > std::time::Instant::now());
+}
+
+#[test]
+fn the_server_clamps_the_session_timeout_and_the_client_reports_the_granted_one() {
+    // The harness's server grants at most 60 s.
+    let client = connect(&server().connect_string(), Duration::from_secs(600));
+    assert_eq!(client.session_timeout(), Duration::from_secs(60));
+}
+
+#[test]
+fn connect_times_out_when_nothing_listens() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = Client::builder(&format!("127.0.0.1:{port}"))
+        .connection_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("is a server running"), "{err}");
+}
+
+#[rstest]
+#[case("")]
+#[case("127.0.0.1")]
+#[case("127.0.0.1:0")]
+#[case("127.0.0.1:99999")]
+#[case("127.0.0.1:2181,")]
+#[case("127.0.0.1:2181/trailing/")]
+#[case("bad host:2181")]
+fn bad_connect_strings_are_refused_before_connecting(#[case] s: &str) {
+    assert!(
+        matches!(Client::connect(s), Err(Error::BadArguments(_))),
+        "{s:?}"
+    );
+}
+
+#[rstest]
+#[case("relative")]
+#[case("/trailing/")]
+#[case("/a//b")]
+#[case("/a/../b")]
+#[case("/a/./b")]
+#[case("/nul\0")]
+#[case("/ctl\u{1}")]
+fn invalid_paths_are_refused_before_anything_is_sent(#[case] path: &str) {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    assert!(matches!(
+        client.exists(path),
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        client.create(path, b"", CreateMode::Persistent),
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        client.delete(path),
+        Err(Error::InvalidPath { .. })
+    ));
+}
+
+#[test]
+fn data_over_the_limit_is_refused_before_anything_is_sent() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let big = vec![0u8; zk_recipes::client::MAX_DATA_LEN + 1];
+    let root = root("big");
+    assert!(matches!(
+        client.create(&root, &big, CreateMode::Persistent),
+        Err(Error::BadArguments(_))
+    ));
+    assert!(client.exists(&root).unwrap().is_none());
+}
+
+#[test]
+fn node_operations_work_and_report_typed_errors() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let root = root("ops");
+    client.ensure_path(&format!("{root}/a/b")).unwrap();
+    client.ensure_path(&format!("{root}/a/b")).unwrap(); // idempotent
+    let n = format!("{root}/a/b/n");
+    assert_eq!(
+        client.create(&n, b"one", CreateMode::Persistent).unwrap(),
+        n
+    );
+    let err = client.create(&n, b"", CreateMode::Persistent).unwrap_err();
+    assert!(err.is_node_exists(), "{err:?}");
+
+    let (data, stat) = client.data(&n).unwrap();
+    assert_eq!(data, b"one");
+    let stat2 = client.set_data(&n, b"two", Some(stat.version)).unwrap();
+    assert_eq!(stat2.version, stat.version + 1);
+    let stale = client
+        .set_data(&n, b"three", Some(stat.version))
+        .unwrap_err();
+    assert!(stale.is_code(ZkCode::BadVersion), "{stale:?}");
+
+    let s1 = client
+        .create(
+            &format!("{root}/a/b/s-"),
+            b"",
+            CreateMode::PersistentSequential,
+        )
+        .unwrap();
+    let s2 = client
+        .create(
+            &format!("{root}/a/b/s-"),
+            b"",
+            CreateMode::PersistentSequential,
+        )
+        .unwrap();
+    assert!(s1 < s2 && s1.len() == format!("{root}/a/b/s-").len() + 10);
+    let mut kids = client.children(&format!("{root}/a/b")).unwrap();
+    kids.sort();
+    assert_eq!(kids.len(), 3);
+
+    let not_empty = client.delete(&format!("{root}/a/b")).unwrap_err();
+    assert!(not_empty.is_code(ZkCode::NotEmpty), "{not_empty:?}");
+    client.delete(&n).unwrap();
+    client.delete(&n).unwrap(); // gone already: counts as deleted
+    assert!(client.delete_version(&n, 0).unwrap_err().is_no_node());
+    assert!(client.data(&n).unwrap_err().is_no_node());
+
+    let deep = format!("{root}/x/y/z");
+    client
+        .create_with_parents(&deep, b"", CreateMode::Persistent)
+        .unwrap();
+    assert!(client.exists(&deep).unwrap().is_some());
+}
+
+#[test]
+fn watches_report_into_a_channel_that_exists_before_they_are_set() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let other = connect(&server().connect_string(), Duration::from_secs(10));
+    let root = root("watch");
+    client.ensure_path(&root).unwrap();
+    let node = format!("{root}/n");
+    client.create(&node, b"", CreateMode::Persistent).unwrap();
+    let (tx, rx) = unbounded();
+
+    client.data_watch(&node, &tx).unwrap();
+    client.children_watch(&root, &tx).unwrap();
+    assert!(client
+        .exists_watch(&format!("{root}/later"), &tx)
+        .unwrap()
+        .is_none());
+
+    other.set_data(&node, b"x", None).unwrap();
+    let e = rx.recv_timeout(SOON).unwrap();
+    assert_eq!(
+        (e.kind, e.path.as_str()),
+        (WatchKind::DataChanged, node.as_str())
+    );
+
+    other
+        .create(&format!("{root}/later"), b"", CreateMode::Persistent)
+        .unwrap();
+    let mut got = [
+        rx.recv_timeout(SOON).unwrap(),
+        rx.recv_timeout(SOON).unwrap(),
+    ];
+    got.sort_by_key(|e| e.path.clone());
+    assert_eq!(got[0].kind, WatchKind::ChildrenChanged);
+    assert_eq!(got[0].path, root);
+    assert_eq!(got[1].kind, WatchKind::Created);
+}
+
+#[test]
+fn namespace_and_chroot_scope_every_path() {
+    let root = root("ns");
+    let base = connect(&server().connect_string(), Duration::from_secs(10));
+    base.ensure_path(&root).unwrap();
+    let chrooted = Client::builder(&format!("{}{root}", server().connect_string()))
+        .namespace("app/locks")
+        .connect()
+        .unwrap();
+    let created = chrooted.create("/n", b"v", CreateMode::Persistent).unwrap();
+    assert_eq!(created, "/n");
+    assert_eq!(base.data(&format!("{root}/app/locks/n")).unwrap().0, b"v");
+    assert_eq!(chrooted.children("/").unwrap(), vec!["n".to_string()]);
+    let (tx, rx) = unbounded();
+    chrooted.data_watch("/n", &tx).unwrap();
+    base.delete(&format!("{root}/app/locks/n")).unwrap();
+    let e = rx.recv_timeout(SOON).unwrap();
+    assert_eq!((e.kind, e.path.as_str()), (WatchKind::Deleted, "/n"));
+}
+
+#[test]
+fn close_removes_ephemeral_nodes_at_once_and_later_calls_fail_with_closed() {
+    let observer = connect(&server().connect_string(), Duration::from_secs(10));
+    let client = connect(&server().connect_string(), Duration::from_secs(60));
+    let root = root("close");
+    client.ensure_path(&root).unwrap();
+    let node = client
+        .create(&format!("{root}/e"), b"", CreateMode::Ephemeral)
+        .unwrap();
+    let clone = client.clone();
+    client.close();
+    // With a 60 s session, only an explicit close removes the node this soon.
+    assert!(observer.exists(&node).unwrap().is_none());
+    assert!(matches!(clone.exists("/"), Err(Error::Closed)));
+    assert!(!clone.is_connected());
+}
+
+#[test]
+fn every_subscriber_sees_the_same_events_in_order() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let (a, b) = (client.subscribe(), client.subscribe());
+    let id = client.session_id().unwrap();
+    client.testing_break_transport();
+    for sub in [&a, &b] {
+        assert_eq!(
+            next_state(sub, zk_recipes::ConnectionState::Suspended).session_id,
+            id
+        );
+        assert_eq!(
+            next_state(sub, zk_recipes::ConnectionState::Reconnected).session_id,
+            id
+        );
+    }
+}
+
+/// The transport sends `CreateMode::Container` with the plain create opcode. The server then
+/// makes an ordinary persistent node (a container's owner would be `i64::MIN`), which is never
+/// reaped; that is why `zk_recipes::CreateMode` offers no container mode.
+#[test]
+fn the_transports_container_mode_makes_a_plain_persistent_node() {
+    let s = server();
+    let raw = zookeeper::ZooKeeper::connect(&s.connect_string(), Duration::from_secs(10), |_| {})
+        .unwrap();
+    let client = connect(&s.connect_string(), Duration::from_secs(10));
+    let path = root("container");
+    let created = wait_for(SOON, || {
+        raw.create(
+            &path,
+            vec![],
+            zookeeper::Acl::open_unsafe().clone(),
+            zookeeper::CreateMode::Container,
+        )
+        .ok()
+    })
+    .expect("the transport connected");
+    let stat = client.exists(&created).unwrap().unwrap();
+    assert_eq!(stat.ephemeral_owner, 0);
+    assert!(pid_alive(s.pid().unwrap()));
+}

@@ -1,0 +1,183 @@
+//! The client under faults: connection cuts, server restarts, half-open connections, server-side
+//! expiry and a dying transport. Each test has its own server behind its own fault proxy.
+
+mod common;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use rstest::rstest;
+use zk_recipes::testing::{expire_session, TestingServer};
+use zk_recipes::{ConnectionState::*, CreateMode, Error};
+
+#[rstest]
+#[case::idle(false)]
+#[case::request_in_flight(true)]
+fn cut_connection_suspends_then_reconnects_to_the_same_session(#[case] in_flight: bool) {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let id = client.session_id().unwrap();
+    let node = client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    let sub = client.subscribe();
+
+    let pending = if in_flight {
+        // Hold the bytes so the request is surely on the wire when the cut comes.
+        f.proxy.blackhole();
+        let (tx, rx) = mpsc::channel();
+        let c = client.clone();
+        let n = node.clone();
+        thread::spawn(move || tx.send(c.exists(&n)).unwrap());
+        wait_for(SOON, || (f.proxy.held_bytes() > 0).then_some(()))
+            .expect("the request never reached the proxy");
+        Some(rx)
+    } else {
+        None
+    };
+    f.proxy.cut();
+    f.proxy.heal();
+
+    assert_eq!(next_state(&sub, Suspended).session_id, id);
+    assert_eq!(next_state(&sub, Reconnected).session_id, id);
+    if let Some(rx) = pending {
+        let answer = rx
+            .recv_timeout(SOON)
+            .expect("the in-flight call never returned");
+        assert!(answer.unwrap().is_some(), "retried read must find the node");
+    }
+    assert_eq!(client.session_id(), Some(id));
+    let stat = client
+        .exists(&node)
+        .unwrap()
+        .expect("ephemeral node survives a cut");
+    assert_eq!(stat.ephemeral_owner, id.0);
+}
+
+#[test]
+fn server_restart_shorter_than_the_session_keeps_the_session_even_when_the_transport_gives_up() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let session = Duration::from_secs(4);
+    let client = connect(&server.connect_string(), session);
+    let id = client.session_id().unwrap();
+    client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    // Work like a busy service for longer than the session. The transport judges a session by
+    // the last ping it sent and sends none while requests flow, so by now it will give up on
+    // the first reconnect, as it does in any long-running process.
+    let busy_since = std::time::Instant::now();
+    wait_for(SOON, || {
+        client.exists("/e").unwrap();
+        (busy_since.elapsed() > session + Duration::from_secs(1)).then_some(())
+    });
+    let sub = client.subscribe();
+
+    server.restart().unwrap();
+
+    assert_eq!(next_state(&sub, Suspended).session_id, id);
+    assert_eq!(next_state(&sub, Reconnected).session_id, id);
+    assert!(
+        client.testing_transport_instances() > 1,
+        "the transport was expected to give up and be replaced"
+    );
+    let stat = client
+        .exists("/e")
+        .unwrap()
+        .expect("ephemeral node survives the restart");
+    assert_eq!(stat.ephemeral_owner, id.0);
+}
+
+#[test]
+fn blackhole_past_the_session_timeout_loses_the_session_then_builds_a_new_one() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let old = client.session_id().unwrap();
+    client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    let sub = client.subscribe();
+
+    f.proxy.blackhole();
+    assert_eq!(next_state(&sub, Suspended).session_id, old);
+    // A call with a deadline returns at its deadline instead of waiting for a silent server.
+    let bounded = client.with_timeout(Duration::from_millis(300)).exists("/e");
+    assert!(matches!(bounded, Err(Error::Timeout { .. })), "{bounded:?}");
+    assert_eq!(next_state(&sub, Lost).session_id, old);
+
+    f.proxy.heal();
+    let new = next_state(&sub, Connected).session_id;
+    assert_ne!(new, old);
+    assert_eq!(client.session_id(), Some(new));
+    assert!(
+        client.exists("/e").unwrap().is_none(),
+        "the old session's ephemeral node must be gone"
+    );
+}
+
+#[test]
+fn server_side_expiry_and_the_transports_silent_new_session_are_reported_as_lost_then_connected() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let client = connect(&server.connect_string(), Duration::from_secs(4));
+    let (old, passwd) = client.testing_session_credentials().unwrap();
+    client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    let sub = client.subscribe();
+
+    assert!(expire_session(server.addr(), old, &passwd).unwrap());
+
+    let mut lost = None;
+    while lost.is_none() {
+        let e = sub.recv_timeout(SOON).expect("no LOST reported");
+        match e.state {
+            Suspended => assert_eq!(e.session_id, old),
+            Lost => lost = Some(e),
+            other => panic!("unexpected {other:?} before LOST"),
+        }
+    }
+    assert_eq!(lost.unwrap().session_id, old);
+    let new = next_state(&sub, Connected).session_id;
+    assert_ne!(new, old);
+    assert!(client.exists("/e").unwrap().is_none());
+    let node = client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    assert_eq!(
+        client.exists(&node).unwrap().unwrap().ephemeral_owner,
+        new.0
+    );
+}
+
+#[test]
+fn session_valid_until_advances_with_answers_and_stops_while_black_holed() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(3));
+    let before = client.session_valid_until().unwrap();
+    wait_for(SOON, || {
+        client.exists("/").unwrap();
+        (client.session_valid_until().unwrap() > before).then_some(())
+    })
+    .expect("valid_until never advanced");
+    let sub = client.subscribe();
+
+    f.proxy.blackhole();
+    next_state(&sub, Suspended);
+    let frozen = client.session_valid_until().unwrap();
+    // Requests and heartbeats go out, none is answered: the bound must not move.
+    let _ = client.with_timeout(Duration::from_millis(200)).exists("/");
+    let _ = client.with_timeout(Duration::from_millis(200)).exists("/");
+    assert_eq!(client.session_valid_until(), Some(frozen));
+    f.proxy.heal();
+    next_state(&sub, Reconnected);
+}
+
+#[test]
+fn a_dead_transport_io_thread_is_replaced_and_the_session_resumed() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let client = connect(&server.connect_string(), Duration::from_secs(6));
+    let id = client.session_id().unwrap();
+    client.create("/e", b"", CreateMode::Ephemeral).unwrap();
+    let sub = client.subscribe();
+
+    client.testing_break_transport();
+
+    assert_eq!(next_state(&sub, Suspended).session_id, id);
+    assert_eq!(next_state(&sub, Reconnected).session_id, id);
+    assert_eq!(client.exists("/e").unwrap().unwrap().ephemeral_owner, id.0);
+}

@@ -1,0 +1,102 @@
+//! The test harness itself: servers start, stop and restart, never outlive their process, and
+//! say how to install ZooKeeper when it is missing.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+use zk_recipes::testing::{pid_alive, HarnessError, ServerOptions, TestingServer};
+
+#[test]
+fn server_starts_stops_and_restarts_on_the_same_port_with_the_same_data() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let first_pid = server.pid().unwrap();
+    let client = connect(&server.connect_string(), std::time::Duration::from_secs(10));
+    client
+        .create("/kept", b"data", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    client.close();
+
+    server.stop();
+    assert!(server.pid().is_none());
+    assert!(wait_for(SOON, || (!pid_alive(first_pid)).then_some(())).is_some());
+    assert!(
+        server.four_letter("srvr").is_err(),
+        "a stopped server answers nothing"
+    );
+
+    server.restart().unwrap();
+    assert_ne!(server.pid(), Some(first_pid));
+    let client = connect(&server.connect_string(), std::time::Duration::from_secs(10));
+    assert_eq!(client.data("/kept").unwrap().0, b"data");
+}
+
+#[test]
+fn a_wrong_classpath_is_a_clear_error_that_says_how_to_install_zookeeper() {
+    let err = TestingServer::with_options(ServerOptions {
+        classpath: Some("/nonexistent/zookeeper.jar".into()),
+        ..Default::default()
+    })
+    .err()
+    .expect("must not start");
+    assert!(matches!(err, HarnessError::ZooKeeperMissing(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("apt-get install zookeeper"), "{msg}");
+    assert!(msg.contains("/nonexistent/zookeeper.jar"), "{msg}");
+}
+
+#[test]
+fn no_jvm_outlives_the_test_binary_even_when_it_is_killed() {
+    init_logs();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holds_a_server_until_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("ZKR_HARNESS_CHILD", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let pid: u32 = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("JVM_PID=")
+                .map(|p| p.trim().parse().unwrap())
+        })
+        .expect("the child never reported its server");
+    assert!(
+        pid_alive(pid),
+        "the child's JVM should run while the child does"
+    );
+
+    child.kill().unwrap(); // SIGKILL: no destructor runs in the child
+    child.wait().unwrap();
+
+    assert!(
+        wait_for(SOON, || (!pid_alive(pid)).then_some(())).is_some(),
+        "JVM {pid} outlived the process that started it"
+    );
+}
+
+/// Run only by `no_jvm_outlives_the_test_binary_even_when_it_is_killed`, in a child process.
+#[test]
+#[ignore = "child process of no_jvm_outlives_the_test_binary_even_when_it_is_killed"]
+fn child_holds_a_server_until_killed() {
+    if std::env::var_os("ZKR_HARNESS_CHILD").is_none() {
+        return;
+    }
+    let server = TestingServer::start().unwrap();
+    println!("JVM_PID={}", server.pid().unwrap());
+    // Wait to be killed; stdin is closed, so block on something that never comes.
+    let (_tx, rx) = std::sync::mpsc::channel::<()>();
+    let _ = rx.recv();
+    drop(server);
+}
