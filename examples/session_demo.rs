@@ -14,11 +14,17 @@ use zk_recipes::testing::{FaultProxy, TestingServer};
 use zk_recipes::{Client, ConnectionState, CreateMode, Subscription};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,zookeeper=off")).init();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,zookeeper=off"),
+    )
+    .init();
     let started = Instant::now();
     let t = move || format!("{:>6.2}s", started.elapsed().as_secs_f64());
 
-    println!("{} starting ZooKeeper (Debian package) on a free loopback port", t());
+    println!(
+        "{} starting ZooKeeper (Debian package) on a free loopback port",
+        t()
+    );
     let server = TestingServer::start()?;
     let proxy = FaultProxy::start(server.addr())?;
 
@@ -36,22 +42,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let left = client
         .session_valid_until()
         .map(|v| v.saturating_duration_since(Instant::now()));
-    println!("{} the server cannot expire this session for {left:?} yet", t());
+    println!(
+        "{} the server cannot expire this session for {left:?} yet",
+        t()
+    );
 
     println!("\n{} 1. cutting the connection", t());
     proxy.cut();
     wait_for(&events, ConnectionState::Reconnected, &t);
-    println!("{} same session {}, node still there: {}", t(), show(&client), client.exists(&node)?.is_some());
+    println!(
+        "{} same session {}, node still there: {}",
+        t(),
+        show(&client),
+        client.exists(&node)?.is_some()
+    );
 
-    println!("\n{} 2. restarting the server (shorter than the session)", t());
+    println!(
+        "\n{} 2. restarting the server (shorter than the session)",
+        t()
+    );
     server.restart()?;
     wait_for(&events, ConnectionState::Reconnected, &t);
-    println!("{} same session {}, node still there: {}", t(), show(&client), client.exists(&node)?.is_some());
+    println!(
+        "{} same session {}, node still there: {}",
+        t(),
+        show(&client),
+        client.exists(&node)?.is_some()
+    );
 
-    println!("\n{} 3. holding every byte for longer than the session", t());
+    println!(
+        "\n{} 3. holding every byte for longer than the session",
+        t()
+    );
     proxy.blackhole();
-    let bounded = client.with_timeout(Duration::from_millis(500)).exists(&node);
-    println!("{} a call with a 500 ms deadline returned: {bounded:?}", t());
+    let bounded = client
+        .with_timeout(Duration::from_millis(500))
+        .exists(&node);
+    println!(
+        "{} a call with a 500 ms deadline returned: {bounded:?}",
+        t()
+    );
     wait_for(&events, ConnectionState::Lost, &t);
     proxy.heal();
     wait_for(&events, ConnectionState::Connected, &t);
@@ -63,12 +93,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     client.close();
-    println!("\n{} closed; the server's JVM goes when the harness is dropped", t());
+    println!(
+        "\n{} closed; the server's JVM goes when the harness is dropped",
+        t()
+    );
     Ok(())
 }
 
 fn show(client: &Client) -> String {
-    client.session_id().map_or("none".into(), |id| id.to_string())
+    client
+        .session_id()
+        .map_or("none".into(), |id| id.to_string())
 }
 
 fn wait_for(events: &Subscription, until: ConnectionState, t: &dyn Fn() -> String) {

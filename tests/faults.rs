@@ -58,7 +58,8 @@ fn cut_connection_suspends_then_reconnects_to_the_same_session(#[case] in_flight
 fn server_restart_shorter_than_the_session_keeps_the_session_even_when_the_transport_gives_up() {
     init_logs();
     let server = TestingServer::start().unwrap();
-    let session = Duration::from_secs(4);
+    // Long enough that a JVM restart fits with room to spare on a loaded 2-core machine.
+    let session = Duration::from_secs(10);
     let client = connect(&server.connect_string(), session);
     let id = client.session_id().unwrap();
     client.create("/e", b"", CreateMode::Ephemeral).unwrap();
@@ -96,11 +97,23 @@ fn blackhole_past_the_session_timeout_loses_the_session_then_builds_a_new_one() 
     let sub = client.subscribe();
 
     f.proxy.blackhole();
+    // A call without a deadline, made while the connection is silent, ends (with connection
+    // loss) once the silence has lasted a session timeout, not whenever the server comes back.
+    let (tx, unbounded_call) = mpsc::channel();
+    let c = client.clone();
+    thread::spawn(move || tx.send(c.exists("/e")).unwrap());
     assert_eq!(next_state(&sub, Suspended).session_id, old);
     // A call with a deadline returns at its deadline instead of waiting for a silent server.
     let bounded = client.with_timeout(Duration::from_millis(300)).exists("/e");
     assert!(matches!(bounded, Err(Error::Timeout { .. })), "{bounded:?}");
     assert_eq!(next_state(&sub, Lost).session_id, old);
+    let unbounded = unbounded_call
+        .recv_timeout(SOON)
+        .expect("an unbounded call never returned");
+    assert!(
+        matches!(unbounded, Err(Error::ConnectionLoss)),
+        "{unbounded:?}"
+    );
 
     f.proxy.heal();
     let new = next_state(&sub, Connected).session_id;
@@ -114,22 +127,25 @@ fn blackhole_past_the_session_timeout_loses_the_session_then_builds_a_new_one() 
 
 #[test]
 fn server_side_expiry_and_the_transports_silent_new_session_are_reported_as_lost_then_connected() {
-    init_logs();
-    let server = TestingServer::start().unwrap();
-    let client = connect(&server.connect_string(), Duration::from_secs(4));
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
     let (old, passwd) = client.testing_session_credentials().unwrap();
     client.create("/e", b"", CreateMode::Ephemeral).unwrap();
     let sub = client.subscribe();
 
-    assert!(expire_session(server.addr(), old, &passwd).unwrap());
+    // Hold the client's traffic so that its reconnects cannot take the session back while it
+    // is being closed; on heal its held handshake asks for the session and hears "expired".
+    f.proxy.blackhole();
+    assert!(expire_session(f.server.addr(), old, &passwd).unwrap());
+    f.proxy.heal();
 
     let mut lost = None;
     while lost.is_none() {
         let e = sub.recv_timeout(SOON).expect("no LOST reported");
         match e.state {
-            Suspended => assert_eq!(e.session_id, old),
+            Suspended | Reconnected => assert_eq!(e.session_id, old),
             Lost => lost = Some(e),
-            other => panic!("unexpected {other:?} before LOST"),
+            Connected => panic!("CONNECTED before LOST"),
         }
     }
     assert_eq!(lost.unwrap().session_id, old);

@@ -126,8 +126,13 @@ impl Executor {
         }
         self.tx.lock().take();
         let workers: Vec<_> = std::mem::take(&mut *self.workers.lock());
+        let me = thread::current().id();
         for w in workers {
-            let _ = w.join();
+            // A job may drop the last client handle and so stop the executor from a worker;
+            // that worker ends by itself once the channel is closed.
+            if w.thread().id() != me {
+                let _ = w.join();
+            }
         }
     }
 }

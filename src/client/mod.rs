@@ -408,7 +408,9 @@ impl Client {
                 Retry::Never => None,
                 Retry::OnConnectionLoss => core.config.retry.backoff(retries, started.elapsed()),
             };
-            let Some(mut backoff) = backoff else {
+            // A call without a deadline still ends once the connection has been silent for a
+            // whole session timeout: by then the session is lost anyway.
+            let Some(mut backoff) = backoff.filter(|_| !core.silent_too_long()) else {
                 return Err(Error::ConnectionLoss);
             };
             retries += 1;
@@ -417,27 +419,6 @@ impl Client {
                 backoff = backoff.min(d.saturating_duration_since(Instant::now()));
             }
             thread::sleep(backoff);
-        }
-    }
-
-    fn watcher(&self, tx: &Sender<WatchEvent>) -> impl Fn(WatchedEvent) + Send + 'static {
-        let tx = tx.clone();
-        let prefix = self.core().config.prefix.clone();
-        // Runs on the transport's event thread: only a non-blocking send, nothing that can
-        // block or panic.
-        move |e: WatchedEvent| {
-            let kind = match e.event_type {
-                WatchedEventType::NodeCreated => WatchKind::Created,
-                WatchedEventType::NodeDeleted => WatchKind::Deleted,
-                WatchedEventType::NodeDataChanged => WatchKind::DataChanged,
-                WatchedEventType::NodeChildrenChanged => WatchKind::ChildrenChanged,
-                _ => WatchKind::Other,
-            };
-            let path = e
-                .path
-                .map(|p| Client::strip(&prefix, &p))
-                .unwrap_or_default();
-            let _ = tx.send(WatchEvent { kind, path });
         }
     }
 
@@ -552,10 +533,10 @@ impl Client {
     pub fn exists_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Option<Stat>> {
         paths::validate(path, false)?;
         let full = self.full(path);
-        let this = self.clone();
+        let prefix = self.core().config.prefix.clone();
         let tx = tx.clone();
         self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.exists_w(&full, this.watcher(&tx))
+            zk.exists_w(&full, watcher(prefix.clone(), tx.clone()))
         })
         .map(|(s, _)| s)
     }
@@ -576,10 +557,10 @@ impl Client {
     pub fn data_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<(Vec<u8>, Stat)> {
         paths::validate(path, false)?;
         let full = self.full(path);
-        let this = self.clone();
+        let prefix = self.core().config.prefix.clone();
         let tx = tx.clone();
         self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_data_w(&full, this.watcher(&tx))
+            zk.get_data_w(&full, watcher(prefix.clone(), tx.clone()))
         })
         .map(|(d, _)| d)
     }
@@ -599,10 +580,10 @@ impl Client {
     pub fn children_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Vec<String>> {
         paths::validate(path, false)?;
         let full = self.full(path);
-        let this = self.clone();
+        let prefix = self.core().config.prefix.clone();
         let tx = tx.clone();
         self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_children_w(&full, this.watcher(&tx))
+            zk.get_children_w(&full, watcher(prefix.clone(), tx.clone()))
         })
         .map(|(c, _)| c)
     }
@@ -675,6 +656,26 @@ impl Client {
     #[doc(hidden)]
     pub fn testing_break_transport(&self) {
         self.core().break_transport();
+    }
+}
+
+/// The transport-side watcher: reports into `tx`, with `prefix` removed from the path. Runs on
+/// the transport's event thread, so it only does a non-blocking send; it holds no client handle,
+/// so the client's last handle is never dropped on a transport thread.
+fn watcher(prefix: String, tx: Sender<WatchEvent>) -> impl Fn(WatchedEvent) + Send + 'static {
+    move |e: WatchedEvent| {
+        let kind = match e.event_type {
+            WatchedEventType::NodeCreated => WatchKind::Created,
+            WatchedEventType::NodeDeleted => WatchKind::Deleted,
+            WatchedEventType::NodeDataChanged => WatchKind::DataChanged,
+            WatchedEventType::NodeChildrenChanged => WatchKind::ChildrenChanged,
+            _ => WatchKind::Other,
+        };
+        let path = e
+            .path
+            .map(|p| Client::strip(&prefix, &p))
+            .unwrap_or_default();
+        let _ = tx.send(WatchEvent { kind, path });
     }
 }
 

@@ -31,6 +31,10 @@ use crate::connect_string::HostPort;
 /// The crate gives a connection attempt 2 s before it starts another; holding a connection
 /// while no server answers longer than that only delays its next attempt.
 const HOLD_UNREACHABLE: Duration = Duration::from_secs(2);
+/// Longest wait for the server's answer to a handshake. A server that is still starting can
+/// take the connection and never answer, and the crate sets no timer on a new instance's first
+/// connection: without this bound both would wait for ever.
+const HANDSHAKE_ANSWER: Duration = Duration::from_secs(2);
 /// Pause between rounds over all hosts while none answers.
 const UNREACHABLE_PAUSE: Duration = Duration::from_millis(100);
 
@@ -333,12 +337,15 @@ fn from_server(
     asked: i64,
     sent_at: Instant,
 ) {
-    let frame = match wire::read_frame(&mut up) {
+    let _ = up.set_read_timeout(Some(HANDSHAKE_ANSWER.min(shared.connect_timeout)));
+    let answer = wire::read_frame(&mut up);
+    let _ = up.set_read_timeout(None);
+    let frame = match answer {
         Ok(f) => f,
-        Err(_) => {
-            // The server dropped the handshake (not serving yet, or a member without quorum).
-            // The crate would reconnect at once and spin; make it wait a little.
-            debug!("relay connection {epoch}: the server closed the connection at handshake");
+        Err(e) => {
+            // The server dropped or ignored the handshake (not serving yet, or a member without
+            // quorum). The crate would reconnect at once and spin; make it wait a little.
+            debug!("relay connection {epoch}: no handshake answer from the server ({e})");
             thread::sleep(UNREACHABLE_PAUSE);
             let _ = down.shutdown(Shutdown::Both);
             return;

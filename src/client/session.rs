@@ -70,6 +70,17 @@ pub(crate) struct Status {
     pub epoch: u64,
     /// The latest send time of a request the server answered under `session`.
     pub last_ok_sent: Option<Instant>,
+    /// Since when no connection has carried a live session (set on SUSPENDED, kept through
+    /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session timeout.
+    pub silent_since: Option<Instant>,
+}
+
+impl Status {
+    /// When waiting for a connection stops making sense: a session timeout after silence began.
+    fn give_up_at(&self, config_timeout: Duration) -> Option<Instant> {
+        let timeout = self.session.as_ref().map_or(config_timeout, |s| s.timeout);
+        self.silent_since.map(|since| since + timeout)
+    }
 }
 
 /// What a call passed through the gate learned about where it ran.
@@ -122,6 +133,7 @@ impl Core {
                 session: None,
                 epoch: 0,
                 last_ok_sent: None,
+                silent_since: None,
             }),
             status_changed: Condvar::new(),
             subscribers: Mutex::new(Vec::new()),
@@ -191,6 +203,9 @@ impl Core {
     /// Returns the transport, the session and the relay connection the request will use.
     fn gate(&self, until: Instant) -> Result<(Arc<ZooKeeper>, SessionId, u64)> {
         let mut status = self.status.lock();
+        let until = status
+            .give_up_at(self.config.session_timeout)
+            .map_or(until, |g| g.min(until));
         loop {
             match status.phase {
                 Phase::Closed => return Err(Error::Closed),
@@ -352,6 +367,14 @@ impl Core {
         debug!("client closed");
     }
 
+    /// True once the connection has been silent for a whole session timeout.
+    pub fn silent_too_long(&self) -> bool {
+        self.status
+            .lock()
+            .give_up_at(self.config.session_timeout)
+            .is_some_and(|g| Instant::now() >= g)
+    }
+
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
@@ -462,7 +485,11 @@ impl Supervisor {
                 let id = SessionId(id);
                 let known = self.core.status.lock().session.as_ref().map(|s| s.id);
                 if let Some(old) = known.filter(|old| *old != id) {
-                    self.lose(old, "the server gave the connection a different session");
+                    self.lose(
+                        old,
+                        "the server gave the connection a different session",
+                        false,
+                    );
                 }
                 self.handshake = Some(Handshake {
                     epoch,
@@ -478,7 +505,7 @@ impl Supervisor {
                 debug!("connection {epoch}: the server says session {id:#x} expired");
                 let known = self.core.status.lock().session.as_ref().map(|s| s.id);
                 if known == Some(SessionId(id)) {
-                    self.lose(SessionId(id), "the server reported it expired");
+                    self.lose(SessionId(id), "the server reported it expired", false);
                 }
             }
             RelayEvent::Unreachable { epoch, error } => {
@@ -522,7 +549,9 @@ impl Supervisor {
         };
         self.suspended_since = None;
         self.connection_down_since = None;
-        let (event, id) = {
+        {
+            // Published under the status lock, so that whoever saw this state in the status
+            // and subscribed after that does not receive its event as news.
             let mut status = self.core.status.lock();
             let event = match (&status.session, status.phase) {
                 (Some(s), Phase::Suspended) if s.id == h.session.id => {
@@ -540,52 +569,55 @@ impl Supervisor {
             status.session = Some(h.session.clone());
             status.phase = Phase::Connected;
             status.epoch = h.epoch;
+            status.silent_since = None;
             self.core.status_changed.notify_all();
-            (event, h.session.id)
-        };
-        if let Some(event) = event {
-            self.core.publish(event, id);
+            if let Some(event) = event {
+                self.core.publish(event, h.session.id);
+            }
         }
     }
 
     fn suspend(&mut self, why: &str) {
-        let id = {
-            let mut status = self.core.status.lock();
-            if status.phase != Phase::Connected {
-                return;
-            }
-            status.phase = Phase::Suspended;
-            self.core.status_changed.notify_all();
-            status.session.as_ref().map(|s| s.id)
-        };
+        let mut status = self.core.status.lock();
+        if status.phase != Phase::Connected {
+            return;
+        }
         debug!("suspending: {why}");
+        status.phase = Phase::Suspended;
+        status.silent_since.get_or_insert_with(Instant::now);
         self.suspended_since = Some(Instant::now());
-        if let Some(id) = id {
+        self.core.status_changed.notify_all();
+        if let Some(id) = status.session.as_ref().map(|s| s.id) {
             self.core.publish(ConnectionState::Suspended, id);
         }
     }
 
-    fn lose(&mut self, id: SessionId, why: &str) {
+    /// Publishes LOST for `id`. `declared` is true when the client decided it (the server said
+    /// nothing): the transport may then still be attached to the old session and is cut.
+    fn lose(&mut self, id: SessionId, why: &str, declared: bool) {
         let session = {
             let mut status = self.core.status.lock();
             if status.session.as_ref().map(|s| s.id) != Some(id) {
                 return;
             }
+            warn!("session {id} is lost: {why}");
+            // Banned before anyone hears of the loss: from here on no handshake resumes it.
+            self.core.relay.ban(id.0);
             status.phase = Phase::Connecting;
             status.last_ok_sent = None;
             self.core.status_changed.notify_all();
+            self.core.publish(ConnectionState::Lost, id);
             status.session.take()
         };
-        warn!("session {id} is lost: {why}");
         self.suspended_since = None;
-        self.core.relay.ban(id.0);
         if let Some(s) = session {
             // Whatever the server still keeps of it goes now rather than at its expiry.
             self.core.relay.close_session_on_server(id.0, s.passwd);
         }
-        // The transport may still be attached to the old session; make it start anew.
-        self.core.relay.cut_all();
-        self.core.publish(ConnectionState::Lost, id);
+        if declared {
+            // The transport may still be attached to the old session; make it start anew.
+            self.core.relay.cut_all();
+        }
     }
 
     fn check_timers(&mut self) {
@@ -605,7 +637,7 @@ impl Supervisor {
             if now >= since + self.session_timeout() {
                 let id = self.core.status.lock().session.as_ref().map(|s| s.id);
                 if let Some(id) = id {
-                    self.lose(id, "suspended for a whole session timeout");
+                    self.lose(id, "suspended for a whole session timeout", true);
                 }
                 self.suspended_since = None;
             }

@@ -99,6 +99,7 @@ impl Jvm {
         log: &Path,
     ) -> Result<Jvm, HarnessError> {
         let java = java()?;
+        let level = std::env::var("ZOOKEEPER_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(WRAPPER)
@@ -107,7 +108,7 @@ impl Jvm {
                 "-Xmx256m",
                 "-XX:+UseSerialGC",
                 "-Dzookeeper.admin.enableServer=false",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                &format!("-Dorg.slf4j.simpleLogger.defaultLogLevel={level}"),
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-cp",
                 classpath,

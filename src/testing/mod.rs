@@ -6,7 +6,8 @@
 //!
 //! The server comes from the system installation: Debian's `zookeeper` package puts its jars
 //! in `/usr/share/java` (`apt-get install zookeeper`; Java comes with it). Set
-//! `ZOOKEEPER_CLASSPATH` to use other jars, `ZOOKEEPER_JAVA` for another `java`.
+//! `ZOOKEEPER_CLASSPATH` to use other jars, `ZOOKEEPER_JAVA` for another `java`, and
+//! `ZOOKEEPER_LOG_LEVEL` (default `warn`) for more of the server's log in its data directory.
 //!
 //! No JVM outlives the process that started it: each runs under a wrapper that kills it when
 //! our end of its standard input closes, which the kernel does when our process ends, however
@@ -49,14 +50,28 @@ impl std::error::Error for HarnessError {}
 /// Makes the server end session `id` now, the way a second client that takes the session over
 /// and closes it does (Curator's `KillSession`). The client that owned it finds it expired on
 /// its next reconnect. Returns false if the session had already expired.
+///
+/// Taking the session over drops its owner's connection, and a healthy owner resumes at once,
+/// which can take the session back before the close lands; so this retries, and a test that
+/// wants no such tug of war holds the owner's traffic (a black-holed [`FaultProxy`]) meanwhile.
 pub fn expire_session(
     server: std::net::SocketAddr,
     id: crate::SessionId,
     passwd: &[u8],
 ) -> std::io::Result<bool> {
     let timeout = std::time::Duration::from_secs(5);
-    let mut sock = std::net::TcpStream::connect_timeout(&server, timeout)?;
-    crate::client::wire::close_session(&mut sock, id.0, passwd, timeout)
+    let mut last = std::io::Error::other("no attempt made");
+    for _ in 0..20 {
+        let attempt =
+            std::net::TcpStream::connect_timeout(&server, timeout).and_then(|mut sock| {
+                crate::client::wire::close_session(&mut sock, id.0, passwd, timeout)
+            });
+        match attempt {
+            Ok(closed) => return Ok(closed),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 impl From<std::io::Error> for HarnessError {
