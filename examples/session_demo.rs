@@ -50,12 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\n{} 1. cutting the connection", t());
     proxy.cut();
     wait_for(&events, ConnectionState::Reconnected, &t);
-    println!(
-        "{} same session {}, node still there: {}",
-        t(),
-        show(&client),
-        client.exists(&node)?.is_some()
-    );
+    report(&client, &node, &t)?;
 
     println!(
         "\n{} 2. restarting the server (shorter than the session)",
@@ -63,12 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     server.restart()?;
     wait_for(&events, ConnectionState::Reconnected, &t);
-    println!(
-        "{} same session {}, node still there: {}",
-        t(),
-        show(&client),
-        client.exists(&node)?.is_some()
-    );
+    report(&client, &node, &t)?;
 
     println!(
         "\n{} 3. holding every byte for longer than the session",
@@ -96,6 +86,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "\n{} closed; the server's JVM goes when the harness is dropped",
         t()
+    );
+    Ok(())
+}
+
+fn report(client: &Client, node: &str, t: &dyn Fn() -> String) -> zk_recipes::Result<()> {
+    println!(
+        "{} session {}, ephemeral node still there: {}",
+        t(),
+        show(client),
+        client.exists(node)?.is_some()
     );
     Ok(())
 }

@@ -518,74 +518,63 @@ impl Client {
         Ok(())
     }
 
-    /// The node's stat, or `None` if there is no node.
-    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+    /// A read: validated, prefixed, retried on connection loss.
+    fn read<T, F>(&self, path: &str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&ZooKeeper, &str) -> ZkResult<T> + Send + Sync + 'static,
+    {
         paths::validate(path, false)?;
         let full = self.full(path);
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.exists(&full, false)
-        })
-        .map(|(s, _)| s)
+        self.run(path, Retry::OnConnectionLoss, move |zk| f(zk, &full))
+            .map(|(v, _)| v)
+    }
+
+    /// A read that leaves a watch reporting into `tx`.
+    fn read_watched<T, F>(&self, path: &str, tx: &Sender<WatchEvent>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&ZooKeeper, &str, ChannelWatcher) -> ZkResult<T> + Send + Sync + 'static,
+    {
+        let watcher = ChannelWatcher {
+            prefix: self.core().config.prefix.clone(),
+            tx: tx.clone(),
+        };
+        self.read(path, move |zk, full| f(zk, full, watcher.clone()))
+    }
+
+    /// The node's stat, or `None` if there is no node.
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.read(path, |zk, p| zk.exists(p, false))
     }
 
     /// Like [`exists`](Self::exists), and leaves a watch that reports into `tx` when the node is
     /// created, changed or deleted.
     pub fn exists_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Option<Stat>> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        let prefix = self.core().config.prefix.clone();
-        let tx = tx.clone();
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.exists_w(&full, watcher(prefix.clone(), tx.clone()))
-        })
-        .map(|(s, _)| s)
+        self.read_watched(path, tx, |zk, p, w| zk.exists_w(p, w))
     }
 
     /// The node's data and stat.
     pub fn data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_data(&full, false)
-        })
-        .map(|(d, _)| d)
+        self.read(path, |zk, p| zk.get_data(p, false))
     }
 
     /// Like [`data`](Self::data), and leaves a watch that reports into `tx` when the node's data
     /// changes or the node is deleted. The channel exists before the watch is set, so an event
     /// that fires at once is never missed.
     pub fn data_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<(Vec<u8>, Stat)> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        let prefix = self.core().config.prefix.clone();
-        let tx = tx.clone();
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_data_w(&full, watcher(prefix.clone(), tx.clone()))
-        })
-        .map(|(d, _)| d)
+        self.read_watched(path, tx, |zk, p, w| zk.get_data_w(p, w))
     }
 
     /// The names of the node's children, unsorted.
     pub fn children(&self, path: &str) -> Result<Vec<String>> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_children(&full, false)
-        })
-        .map(|(c, _)| c)
+        self.read(path, |zk, p| zk.get_children(p, false))
     }
 
     /// Like [`children`](Self::children), and leaves a watch that reports into `tx` when a child
     /// is added or removed or the node is deleted.
     pub fn children_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Vec<String>> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        let prefix = self.core().config.prefix.clone();
-        let tx = tx.clone();
-        self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.get_children_w(&full, watcher(prefix.clone(), tx.clone()))
-        })
-        .map(|(c, _)| c)
+        self.read_watched(path, tx, |zk, p, w| zk.get_children_w(p, w))
     }
 
     /// Sets the node's data; with `version`, only if the node is still at that version.
@@ -662,8 +651,14 @@ impl Client {
 /// The transport-side watcher: reports into `tx`, with `prefix` removed from the path. Runs on
 /// the transport's event thread, so it only does a non-blocking send; it holds no client handle,
 /// so the client's last handle is never dropped on a transport thread.
-fn watcher(prefix: String, tx: Sender<WatchEvent>) -> impl Fn(WatchedEvent) + Send + 'static {
-    move |e: WatchedEvent| {
+#[derive(Clone)]
+struct ChannelWatcher {
+    prefix: String,
+    tx: Sender<WatchEvent>,
+}
+
+impl zookeeper::Watcher for ChannelWatcher {
+    fn handle(&self, e: WatchedEvent) {
         let kind = match e.event_type {
             WatchedEventType::NodeCreated => WatchKind::Created,
             WatchedEventType::NodeDeleted => WatchKind::Deleted,
@@ -673,9 +668,9 @@ fn watcher(prefix: String, tx: Sender<WatchEvent>) -> impl Fn(WatchedEvent) + Se
         };
         let path = e
             .path
-            .map(|p| Client::strip(&prefix, &p))
+            .map(|p| Client::strip(&self.prefix, &p))
             .unwrap_or_default();
-        let _ = tx.send(WatchEvent { kind, path });
+        let _ = self.tx.send(WatchEvent { kind, path });
     }
 }
 
