@@ -197,3 +197,22 @@ fn a_dead_transport_io_thread_is_replaced_and_the_session_resumed() {
     assert_eq!(next_state(&sub, Reconnected).session_id, id);
     assert_eq!(client.exists("/e").unwrap().unwrap().ephemeral_owner, id.0);
 }
+
+#[test]
+fn refused_connections_shorter_than_the_session_end_in_the_same_session() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(6));
+    let id = client.session_id().unwrap();
+    let sub = client.subscribe();
+    let accepted = f.proxy.accepted();
+
+    f.proxy.refuse();
+    assert_eq!(next_state(&sub, Suspended).session_id, id);
+    // The client keeps trying, and each try is refused.
+    wait_for(SOON, || (f.proxy.accepted() >= accepted + 2).then_some(()))
+        .expect("the client stopped trying to reconnect");
+    f.proxy.heal();
+
+    assert_eq!(next_state(&sub, Reconnected).session_id, id);
+    assert!(client.exists("/").unwrap().is_some());
+}
