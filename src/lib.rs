@@ -22,6 +22,7 @@
 pub mod client;
 pub mod connect_string;
 pub mod error;
+pub mod lock;
 pub mod paths;
 pub mod retry;
 #[cfg(feature = "testing")]
@@ -32,6 +33,10 @@ pub use client::{
     WatchEvent, WatchKind,
 };
 pub use error::{Error, Result, ZkCode};
+pub use lock::{
+    FencingGate, InterProcessMutex, InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
+    LockOptions,
+};
 pub use retry::RetryPolicy;
 
 /// The README's code blocks, compiled as doc tests so they stay true.

@@ -56,6 +56,20 @@ impl Executor {
         deadline: Instant,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, RunError> {
+        let done_rx = self.submit(f)?;
+        match done_rx.recv_deadline(deadline) {
+            Ok(v) => Ok(v),
+            Err(RecvTimeoutError::Timeout) => Err(RunError::Deadline),
+            Err(RecvTimeoutError::Disconnected) => Err(RunError::Stopped),
+        }
+    }
+
+    /// Starts `f` on a worker; its result arrives on the returned channel, whoever waits for
+    /// it (a caller that gives up can hand the channel to someone who cleans up after `f`).
+    pub fn submit<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Receiver<T>, RunError> {
         let (done_tx, done_rx) = bounded(1);
         let job: Job = Box::new(move || {
             let _ = done_tx.send(f());
@@ -78,11 +92,7 @@ impl Executor {
                 return Err(RunError::Stopped);
             }
         }
-        match done_rx.recv_deadline(deadline) {
-            Ok(v) => Ok(v),
-            Err(RecvTimeoutError::Timeout) => Err(RunError::Deadline),
-            Err(RecvTimeoutError::Disconnected) => Err(RunError::Stopped),
-        }
+        Ok(done_rx)
     }
 
     /// Starts a worker; `idle` is the locked idle count, which the sender then claims.

@@ -6,9 +6,11 @@
 #![doc = include_str!("../../recipes/README.md")]
 
 mod executor;
+pub(crate) mod janitor;
 mod relay;
 mod session;
 mod state;
+pub(crate) mod token;
 pub(crate) mod wire;
 
 use std::sync::Arc;
@@ -357,7 +359,8 @@ impl Client {
         self.core().shutdown();
     }
 
-    fn full(&self, path: &str) -> String {
+    /// `path` with the chroot and namespace in front, as the server names it.
+    pub(crate) fn full(&self, path: &str) -> String {
         let prefix = &self.core().config.prefix;
         match (prefix.is_empty(), path) {
             (true, _) => path.to_owned(),
@@ -464,6 +467,69 @@ impl Client {
             Client::strip(&self.core().config.prefix, &created),
             attempt.session,
         ))
+    }
+
+    /// Creates an ephemeral sequential node whose name carries `marker`, for the locks. Without
+    /// a deadline the request runs on the caller's thread. With one, a create still running at
+    /// the deadline is handed to the janitor, which removes whatever it makes, and the caller
+    /// gets `Timeout`. Never retried; `ConnectionLoss` when the answer is lost or may have come
+    /// from another session.
+    pub(crate) fn create_protected(
+        &self,
+        path: &str,
+        data: &[u8],
+        deadline: Option<Instant>,
+        marker: &str,
+    ) -> Result<(String, SessionId)> {
+        let Some(deadline) = deadline else {
+            return self.create_in_session(path, data, CreateMode::EphemeralSequential);
+        };
+        paths::validate(path, true)?;
+        check_data(data)?;
+        let core = self.core();
+        let full = self.full(path);
+        let data = data.to_vec();
+        let target = full.clone();
+        let gate = core.call_detached(deadline, move |zk| {
+            zk.create(
+                &target,
+                data,
+                Acl::open_unsafe().clone(),
+                zookeeper::CreateMode::EphemeralSequential,
+            )
+        });
+        let (result, session, epoch) = match gate {
+            Ok(v) => v,
+            Err(Error::ConnectionLoss) if Instant::now() >= deadline => {
+                return Err(Error::timeout(
+                    format!("a session to create {path}"),
+                    Duration::ZERO,
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        match result.recv_deadline(deadline) {
+            Ok(Ok(created)) if core.epoch() == epoch => {
+                Ok((Client::strip(&core.config.prefix, &created), session))
+            }
+            // May have run under another session: the caller finds it by its marker and
+            // adopts or removes it.
+            Ok(Ok(_)) => Err(Error::ConnectionLoss),
+            Ok(Err(e)) => Err(Error::from_zk(e, path)),
+            Err(_) => {
+                let parent = paths::parent(&full).unwrap_or("/").to_owned();
+                core.chore(janitor::Chore::Abandoned {
+                    result,
+                    parent,
+                    marker: marker.to_owned(),
+                    session,
+                });
+                Err(Error::timeout(
+                    format!("the create of {path}"),
+                    Duration::ZERO,
+                ))
+            }
+        }
     }
 
     /// Creates the node, creating missing persistent parents first.

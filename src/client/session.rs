@@ -4,7 +4,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -14,8 +14,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use zookeeper::{ZkResult, ZkState, ZooKeeper};
 
 use super::executor::{Executor, RunError};
+use super::janitor::{self, Chore, Chores};
 use super::relay::{Relay, RelayEvent};
 use super::state::{ConnectionState, SessionId, StateEvent, Subscription};
+use super::token::SessionToken;
 use super::Config;
 use crate::error::{Error, Result};
 
@@ -107,12 +109,17 @@ pub(crate) struct Core {
     closed: AtomicBool,
     /// Transport instances built so far (tests read it to see that one was replaced).
     pub instances: std::sync::atomic::AtomicU64,
+    /// Tokens of things held under a session, marked when that session is lost.
+    tokens: Mutex<Vec<Weak<SessionToken>>>,
+    chores: Chores,
+    stop_janitor: Mutex<Option<Sender<()>>>,
 }
 
 impl Core {
     /// Starts the relay, the first crate instance, the supervisor and the heartbeat.
     pub fn start(config: Config) -> Result<Arc<Core>> {
         let (tx, rx) = unbounded();
+        let (chores, chores_rx) = unbounded();
         let relay_tx = tx.clone();
         let relay = Relay::start(
             config.connect.hosts.clone(),
@@ -143,6 +150,9 @@ impl Core {
             stop_heartbeat: Mutex::new(None),
             closed: AtomicBool::new(false),
             instances: std::sync::atomic::AtomicU64::new(0),
+            tokens: Mutex::new(Vec::new()),
+            chores,
+            stop_janitor: Mutex::new(None),
         });
         let mut supervisor = Supervisor {
             core: core.clone(),
@@ -156,6 +166,8 @@ impl Core {
         supervisor.replace_instance();
         let (stop_tx, stop_rx) = unbounded();
         *core.stop_heartbeat.lock() = Some(stop_tx);
+        let (stop_janitor, janitor_stop_rx) = unbounded();
+        *core.stop_janitor.lock() = Some(stop_janitor);
         let spawned = [
             thread::Builder::new()
                 .name("zk-supervisor".into())
@@ -165,6 +177,12 @@ impl Core {
                 thread::Builder::new()
                     .name("zk-heartbeat".into())
                     .spawn(move || heartbeat(c, stop_rx))
+            },
+            {
+                let c = core.clone();
+                thread::Builder::new()
+                    .name("zk-janitor".into())
+                    .spawn(move || janitor::run(c, chores_rx, janitor_stop_rx))
             },
         ];
         for handle in spawned {
@@ -196,6 +214,24 @@ impl Core {
             session_id,
             at: Instant::now(),
         };
+        self.tokens.lock().retain(|t| match t.upgrade() {
+            Some(token) => {
+                let lost = match state {
+                    ConnectionState::Lost => token.session == session_id,
+                    ConnectionState::Suspended => {
+                        token.lost_on_suspend && token.session == session_id
+                    }
+                    // A new session: whatever was held under another one is gone.
+                    ConnectionState::Connected => token.session != session_id,
+                    ConnectionState::Reconnected => false,
+                };
+                if lost {
+                    token.mark_lost();
+                }
+                !lost
+            }
+            None => false,
+        });
         self.subscribers.lock().retain(|s| s.send(event).is_ok());
     }
 
@@ -310,14 +346,17 @@ impl Core {
         if let Some(stop) = self.stop_heartbeat.lock().take() {
             let _ = stop.send(());
         }
+        if let Some(stop) = self.stop_janitor.lock().take() {
+            let _ = stop.send(());
+        }
         let _ = self.tx.send(Msg::Stop);
-        // [supervisor, heartbeat]; the heartbeat may sit in a call on a silent connection
-        // until the relay stops below, so it is joined last.
+        // [supervisor, heartbeat, janitor]; the heartbeat and the janitor may sit in a call on
+        // a silent connection until the relay stops below, so they are joined last.
         let mut threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
-        let heartbeat = if threads.len() > 1 {
-            threads.pop()
+        let late: Vec<_> = if threads.len() > 1 {
+            threads.split_off(1)
         } else {
-            None
+            Vec::new()
         };
         for t in threads {
             let _ = t.join();
@@ -359,12 +398,70 @@ impl Core {
             self.status_changed.notify_all();
         }
         self.relay.stop();
-        if let Some(h) = heartbeat {
+        for h in late {
             let _ = h.join();
         }
         self.executor.stop();
         self.subscribers.lock().clear();
         debug!("client closed");
+    }
+
+    /// A token for something held under `session`; `None` if that is no longer the client's
+    /// session. Registered under the status lock, so a loss published after this cannot be
+    /// missed.
+    pub fn session_token(
+        &self,
+        session: SessionId,
+        lost_on_suspend: bool,
+    ) -> Option<Arc<SessionToken>> {
+        let status = self.status.lock();
+        if status.session.as_ref().map(|s| s.id) != Some(session) {
+            return None;
+        }
+        let token = Arc::new(SessionToken::new(session, lost_on_suspend));
+        if lost_on_suspend && status.phase == Phase::Suspended {
+            token.mark_lost();
+        }
+        self.tokens.lock().push(Arc::downgrade(&token));
+        Some(token)
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.status.lock().phase == Phase::Connected
+    }
+
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.status.lock().session.as_ref().map(|s| s.id)
+    }
+
+    /// Hands work to the janitor.
+    pub fn chore(&self, chore: Chore) {
+        let _ = self.chores.send(chore);
+    }
+
+    /// Like [`call`](Self::call) with a deadline for the gate only: the request is started on a
+    /// worker and its result arrives on the returned channel, which a caller that stops waiting
+    /// can hand to the janitor.
+    pub fn call_detached<T, F>(
+        &self,
+        gate_until: Instant,
+        f: F,
+    ) -> Result<(Receiver<ZkResult<T>>, SessionId, u64)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ZooKeeper) -> ZkResult<T> + Send + 'static,
+    {
+        let (zk, session, epoch) = self.gate(gate_until)?;
+        let rx = self
+            .executor
+            .submit(move || f(&zk))
+            .map_err(|_| Error::Closed)?;
+        Ok((rx, session, epoch))
+    }
+
+    /// The relay's connection count, to compare with the epoch a detached call started on.
+    pub fn epoch(&self) -> u64 {
+        self.relay.epoch()
     }
 
     /// True once the connection has been silent for a whole session timeout.

@@ -16,6 +16,8 @@ const POLL: Duration = Duration::from_millis(20);
 enum Mode {
     Pass,
     Blackhole,
+    /// Requests pass, replies are held: the server acts, the client never hears.
+    HoldReplies,
     Refuse,
 }
 
@@ -98,6 +100,12 @@ impl FaultProxy {
         *self.shared.mode.lock() = Mode::Blackhole;
     }
 
+    /// Lets requests through but holds every reply until [`heal`](Self::heal) or
+    /// [`cut`](Self::cut): the server applies a request whose answer the client never gets.
+    pub fn hold_replies(&self) {
+        *self.shared.mode.lock() = Mode::HoldReplies;
+    }
+
     /// Closes current connections and refuses new ones until [`heal`](Self::heal).
     pub fn refuse(&self) {
         *self.shared.mode.lock() = Mode::Refuse;
@@ -171,12 +179,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         });
         let mut threads = shared.threads.lock();
         threads.retain(|t| !t.is_finished());
-        for (from, to) in [(client, s2), (server, c2)] {
+        for (from, to, replies) in [(client, s2, false), (server, c2, true)] {
             let s = shared.clone();
             let cut = cut.clone();
             if let Ok(h) = thread::Builder::new()
                 .name("fault-proxy-pump".into())
-                .spawn(move || pump(&s, from, to, &cut))
+                .spawn(move || pump(&s, from, to, &cut, replies))
             {
                 threads.push(h);
             }
@@ -184,7 +192,8 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool) {
+/// Copies `from` to `to`; `replies` tells that this is the server-to-client direction.
+fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool, replies: bool) {
     let _ = from.set_read_timeout(Some(POLL));
     let _ = to.set_nodelay(true);
     let mut buf = vec![0u8; 64 * 1024];
@@ -199,7 +208,12 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(_) => break,
         }
-        if *shared.mode.lock() == Mode::Blackhole {
+        let hold = match *shared.mode.lock() {
+            Mode::Blackhole => true,
+            Mode::HoldReplies => replies,
+            Mode::Pass | Mode::Refuse => false,
+        };
+        if hold {
             shared.held.store(pending.len() as u64, Ordering::SeqCst);
             continue;
         }

@@ -1,0 +1,47 @@
+//! Session tokens: how a lock learns that the session under it is gone, without a thread of its
+//! own. The supervisor marks every token of a session when it publishes that session's loss.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::state::SessionId;
+
+/// Something held under one session (a lock, a lease, a leadership).
+pub(crate) struct SessionToken {
+    pub session: SessionId,
+    /// Also counts SUSPENDED as lost (the holder cannot know what the server decides meanwhile).
+    pub lost_on_suspend: bool,
+    lost: AtomicBool,
+    /// Dropped when lost: every receiver then sees the channel closed.
+    closer: Mutex<Option<Sender<()>>>,
+    signal: Receiver<()>,
+}
+
+impl SessionToken {
+    pub fn new(session: SessionId, lost_on_suspend: bool) -> SessionToken {
+        let (closer, signal) = bounded(1);
+        SessionToken {
+            session,
+            lost_on_suspend,
+            lost: AtomicBool::new(false),
+            closer: Mutex::new(Some(closer)),
+            signal,
+        }
+    }
+
+    pub fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.closer.lock().take();
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// A channel that closes when the token is lost.
+    pub fn signal(&self) -> Receiver<()> {
+        self.signal.clone()
+    }
+}

@@ -1,0 +1,453 @@
+//! The lock core every lock recipe shares: make a protected node without ever leaving an
+//! orphan, decide "may I go, or whom do I watch", and wait without missing a wake-up.
+//!
+//! A recipe supplies its node name and a [`Rule`]; everything else is here.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{after, never, select, unbounded, Receiver};
+use log::{debug, warn};
+
+use super::lease::Lease;
+use super::metrics::Counters;
+use super::names::{sort_contenders, Contender, ProtectedId};
+use super::LockOptions;
+use crate::client::janitor::Chore;
+use crate::client::token::SessionToken;
+use crate::client::WatchKind;
+use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
+
+/// What a rule says about our place in line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// We hold it.
+    Go,
+    /// Watch the contender at `index`. `sole_blocker`: once it is deleted nothing else stands
+    /// in our way (sequence numbers only grow, so nobody can queue ahead of us meanwhile), and
+    /// its deletion alone grants us the lock.
+    Watch { index: usize, sole_blocker: bool },
+}
+
+/// A recipe's rule for "may I go".
+pub(crate) trait Rule {
+    /// `contenders` sorted by sequence; ours at `ours`.
+    fn decide(&self, contenders: &[Contender], ours: usize) -> Decision;
+}
+
+/// Up to `n` holders at once, in order; each waiter watches the node `n` places ahead of it.
+pub(crate) struct MaxLeases(pub usize);
+
+impl Rule for MaxLeases {
+    fn decide(&self, _contenders: &[Contender], ours: usize) -> Decision {
+        if ours < self.0 {
+            Decision::Go
+        } else {
+            Decision::Watch {
+                index: ours - self.0,
+                sole_blocker: ours == self.0,
+            }
+        }
+    }
+}
+
+/// Our node, once created.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnNode {
+    /// Path (as the client names it).
+    pub path: String,
+    /// Node name.
+    pub name: String,
+    pub session: SessionId,
+}
+
+/// Why a wait ended without an error.
+pub(crate) enum Woke {
+    /// A watch fired.
+    Event(WatchEvent),
+    /// Something changed that a watch cannot tell (a reconnect dropped the watches): look again.
+    Recheck,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// One lock path and how to contend on it.
+pub(crate) struct LockCore {
+    pub client: Client,
+    pub path: String,
+    pub options: LockOptions,
+    pub counters: Counters,
+}
+
+impl LockCore {
+    pub fn new(client: &Client, path: &str, options: LockOptions) -> Result<LockCore> {
+        paths::validate(path, false)?;
+        if path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "a lock needs a path of its own, not the root",
+            });
+        }
+        Ok(LockCore {
+            client: client.clone(),
+            path: path.to_owned(),
+            options,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The client, bounded by `deadline` if there is one.
+    fn client_until(&self, deadline: Option<Instant>) -> Client {
+        match deadline {
+            Some(d) => self.client.with_deadline(d),
+            None => self.client.clone(),
+        }
+    }
+
+    /// Contends for the lock with a node named `lock_name` under `rule`. `Ok(None)` when the
+    /// deadline passed, or at once when `wait` is false and the lock is busy. Whatever happens,
+    /// no node of ours is left behind unless we return it in the lease.
+    pub fn acquire(
+        &self,
+        lock_name: &str,
+        rule: &dyn Rule,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Result<Option<Lease>> {
+        let started = Instant::now();
+        // Subscribed before anything is created, so no state change can slip past the wait.
+        let states = self.client.subscribe();
+        let (node, token) = match self.enter(lock_name, deadline) {
+            Ok(v) => v,
+            Err(Error::Timeout { .. }) => {
+                self.counters.timed_out();
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token) {
+            Ok(true) => {
+                self.counters.acquired(started.elapsed());
+                debug!("{} acquired by {}", self.path, node.name);
+                Ok(Some(self.lease(node, token)))
+            }
+            Ok(false) => {
+                self.leave(&node);
+                self.counters.timed_out();
+                Ok(None)
+            }
+            Err(e) => {
+                self.leave(&node);
+                if matches!(e, Error::SessionLost { .. }) {
+                    self.counters.lost();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates our node and a token for its session.
+    pub fn enter(
+        &self,
+        lock_name: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(OwnNode, Arc<SessionToken>)> {
+        loop {
+            let node = self.create_node(lock_name, deadline)?;
+            match self
+                .client
+                .core()
+                .session_token(node.session, self.options.lost_on_suspend)
+            {
+                Some(token) => return Ok((node, token)),
+                // The session went between the create and now, and the node with it.
+                None => self.leave(&node),
+            }
+        }
+    }
+
+    /// The lease for an acquired node.
+    pub fn lease(&self, node: OwnNode, token: Arc<SessionToken>) -> Lease {
+        let margin = self
+            .options
+            .lease_margin
+            .unwrap_or_else(|| (self.client.session_timeout() / 10).max(Duration::from_millis(50)));
+        Lease::new(self.client.clone(), node.path, token, margin)
+    }
+
+    /// Waits for a session and returns it, mapping a missed deadline to `Timeout`.
+    fn wait_session(&self, deadline: Option<Instant>) -> Result<SessionId> {
+        let fallback = Instant::now() + self.client.core().config.connection_timeout;
+        let until = deadline.unwrap_or(fallback);
+        match self.client.core().wait_connected(until) {
+            Ok(id) => Ok(id),
+            Err(Error::ConnectionLoss) if deadline.is_some() => Err(Error::timeout(
+                format!("a session to lock {}", self.path),
+                Duration::ZERO,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates our protected node. A create whose answer is lost is never repeated blindly:
+    /// once connected again we look for the node by its id and adopt it, and only if it is not
+    /// there create again. If the session changed meanwhile, whatever the create made belongs
+    /// to no live holder of ours: it is deleted and we start over under the new session.
+    pub fn create_node(&self, lock_name: &str, deadline: Option<Instant>) -> Result<OwnNode> {
+        let policy = &self.client.core().config.retry;
+        let started = Instant::now();
+        let mut retries = 0u32;
+        let mut session = self.wait_session(deadline)?;
+        let mut marker = ProtectedId::next(session);
+        loop {
+            let prefix = paths::join(&self.path, &marker.node_prefix(lock_name));
+            #[cfg(feature = "testing")]
+            self.options.hooks.before_create(&prefix);
+            let created = self.client.create_protected(
+                &prefix,
+                self.options.holder_id_text().as_bytes(),
+                deadline,
+                marker.as_str(),
+            );
+            match created {
+                Ok((path, s)) if s == session => {
+                    let name = paths::node_name(&path).to_owned();
+                    return Ok(OwnNode {
+                        path,
+                        name,
+                        session,
+                    });
+                }
+                Ok((path, other)) => {
+                    // Made under a session we did not start under: not ours to keep.
+                    self.forget(&path, other);
+                    session = self.wait_session(deadline)?;
+                    marker = ProtectedId::next(session);
+                }
+                Err(Error::ConnectionLoss) => {
+                    warn!(
+                        "create of a node under {} lost its answer; looking for it",
+                        self.path
+                    );
+                    let now = self.wait_session(deadline)?;
+                    if let Some(node) = self.adopt(&marker, session, now, deadline)? {
+                        return Ok(node);
+                    }
+                    if now != session {
+                        session = now;
+                        marker = ProtectedId::next(session);
+                    }
+                }
+                Err(e) if e.is_no_node() => {
+                    // First use of this path: make it (and its parents), then try again.
+                    self.client_until(deadline).ensure_path(&self.path)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            match policy.backoff(retries, started.elapsed()) {
+                Some(_) => retries += 1,
+                None => return Err(Error::ConnectionLoss),
+            }
+        }
+    }
+
+    /// After a lost create answer: finds the node made with `marker`. If the session is still
+    /// `session`, the first such node is ours; any other is removed. If the session changed,
+    /// every such node is removed.
+    fn adopt(
+        &self,
+        marker: &ProtectedId,
+        session: SessionId,
+        now: SessionId,
+        deadline: Option<Instant>,
+    ) -> Result<Option<OwnNode>> {
+        let children = match self.client_until(deadline).children(&self.path) {
+            Ok(c) => c,
+            Err(e) if e.is_no_node() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut mine: Vec<Contender> = sort_contenders(children)
+            .into_iter()
+            .filter(|c| c.name.contains(marker.as_str()))
+            .collect();
+        let adopted = if now == session && !mine.is_empty() {
+            let first = mine.remove(0);
+            debug!("adopted {} after a lost create answer", first.name);
+            Some(OwnNode {
+                path: paths::join(&self.path, &first.name),
+                name: first.name,
+                session,
+            })
+        } else {
+            None
+        };
+        for extra in mine {
+            self.forget(&paths::join(&self.path, &extra.name), now);
+        }
+        Ok(adopted)
+    }
+
+    /// Deletes a node of ours now, or hands it to the janitor if that fails.
+    fn forget(&self, path: &str, session: SessionId) {
+        if self.client.delete(path).is_err() {
+            self.client.core().chore(Chore::Delete {
+                path: self.client.full(path),
+                session,
+            });
+        }
+    }
+
+    /// Removes our node (waiting or holding), now or through the janitor.
+    pub fn leave(&self, node: &OwnNode) {
+        self.forget(&node.path, node.session);
+    }
+
+    /// Lists the contenders in order.
+    pub fn contenders(&self, deadline: Option<Instant>) -> Result<Vec<Contender>> {
+        match self.client_until(deadline).children(&self.path) {
+            Ok(c) => Ok(sort_contenders(c)),
+            Err(e) if e.is_no_node() => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until `rule` lets us go. `Ok(false)` on deadline, or at once if `wait` is false
+    /// and we may not go.
+    fn wait_for_turn(
+        &self,
+        node: &OwnNode,
+        rule: &dyn Rule,
+        deadline: Option<Instant>,
+        wait: bool,
+        states: &Subscription,
+        token: &SessionToken,
+    ) -> Result<bool> {
+        // The wake channel exists before any watch is set: a watch that fires at once finds
+        // it, so the wake-up cannot be missed (the seed article's race).
+        let (wake_tx, wake_rx) = unbounded();
+        loop {
+            let contenders = match self.contenders(deadline) {
+                Ok(c) => c,
+                Err(Error::Timeout { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let Some(ours) = contenders.iter().position(|c| c.name == node.name) else {
+                warn!("{} is gone while waiting for {}", node.name, self.path);
+                return Err(Error::SessionLost {
+                    session_id: node.session,
+                });
+            };
+            let (index, sole_blocker) = match rule.decide(&contenders, ours) {
+                Decision::Go => return Ok(true),
+                Decision::Watch { .. } if !wait => return Ok(false),
+                Decision::Watch {
+                    index,
+                    sole_blocker,
+                } => (index, sole_blocker),
+            };
+            let watched = paths::join(&self.path, &contenders[index].name);
+            match self.client_until(deadline).data_watch(&watched, &wake_tx) {
+                Ok(_) => {}
+                Err(e) if e.is_no_node() => {
+                    // Gone before the watch: look again at once. The transport keeps a local
+                    // watcher for it that can never fire; the janitor clears it.
+                    self.client.core().chore(Chore::ForgetWatches {
+                        path: self.client.full(&watched),
+                    });
+                    continue;
+                }
+                Err(Error::Timeout { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            #[cfg(feature = "testing")]
+            self.options.hooks.after_watch_set(&watched);
+            match self.wait_event(&wake_rx, states, token, deadline)? {
+                Woke::Event(e)
+                    if e.kind == WatchKind::Deleted
+                        && e.path == watched
+                        && sole_blocker
+                        && self.options.fast_handoff
+                        && !token.is_lost()
+                        && self.client.session_id() == Some(token.session) =>
+                {
+                    // The only node ahead of us that mattered is gone: ours now, without
+                    // another round trip.
+                    return Ok(true);
+                }
+                Woke::Event(_) | Woke::Recheck => {}
+                Woke::Deadline => return Ok(false),
+            }
+        }
+    }
+
+    /// The one wait every recipe uses: until a watch fires, the session changes, or the
+    /// deadline passes.
+    pub fn wait_event(
+        &self,
+        wake: &Receiver<WatchEvent>,
+        states: &Subscription,
+        token: &SessionToken,
+        deadline: Option<Instant>,
+    ) -> Result<Woke> {
+        let timer = match deadline {
+            Some(d) => after(d.saturating_duration_since(Instant::now())),
+            None => never(),
+        };
+        loop {
+            select! {
+                recv(wake) -> e => return Ok(e.map_or(Woke::Recheck, Woke::Event)),
+                recv(states.receiver()) -> e => {
+                    let Ok(e) = e else { return Err(Error::Closed) };
+                    match e.state {
+                        // Watches do not survive a reconnect: look again.
+                        ConnectionState::Reconnected => return Ok(Woke::Recheck),
+                        // Wait for the verdict.
+                        ConnectionState::Suspended => {}
+                        ConnectionState::Lost | ConnectionState::Connected => {
+                            return Err(Error::SessionLost { session_id: token.session })
+                        }
+                    }
+                },
+                recv(timer) -> _ => return Ok(Woke::Deadline),
+            }
+        }
+    }
+
+    /// Ends a hold: deletes the node (through the janitor if it cannot now). Errs with
+    /// `SessionLost` if the hold had been lost.
+    pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.counters.released(lease.held_for());
+        let held = lease.is_held();
+        self.forget(&lease.node, lease.session_id());
+        if held {
+            Ok(())
+        } else {
+            self.counters.lost();
+            Err(Error::SessionLost {
+                session_id: lease.session_id(),
+            })
+        }
+    }
+
+    /// The data (holder id) of the first contender.
+    pub fn current_holder(&self) -> Result<Option<String>> {
+        for c in self.contenders(None)? {
+            match self.client.data(&paths::join(&self.path, &c.name)) {
+                Ok((data, _)) => return Ok(Some(String::from_utf8_lossy(&data).into_owned())),
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Contender paths, in order.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        Ok(self
+            .contenders(None)?
+            .into_iter()
+            .map(|c| paths::join(&self.path, &c.name))
+            .collect())
+    }
+}

@@ -1,0 +1,78 @@
+//! A gate a protected resource puts in front of its writes, so that a holder that was paused
+//! past its lease (a "zombie") cannot write after another holder took over.
+
+use std::fmt;
+
+use parking_lot::Mutex;
+
+/// A write was refused because a newer holder has written already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleToken {
+    /// The token the write came with.
+    pub token: i64,
+    /// The largest token seen so far.
+    pub highest: i64,
+}
+
+impl fmt::Display for StaleToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fencing token {} is older than {}: a newer lock holder has written since",
+            self.token, self.highest
+        )
+    }
+}
+
+impl std::error::Error for StaleToken {}
+
+/// Accepts a write only with a fencing token at least as large as every token seen before.
+///
+/// ```
+/// use zk_recipes::lock::FencingGate;
+/// let gate = FencingGate::new();
+/// assert!(gate.admit(7).is_ok());
+/// assert!(gate.admit(9).is_ok());
+/// assert!(gate.admit(7).is_err()); // the holder with token 7 lost the lock to 9
+/// ```
+#[derive(Debug, Default)]
+pub struct FencingGate {
+    highest: Mutex<Option<i64>>,
+}
+
+impl FencingGate {
+    /// A gate that has seen no token yet.
+    pub fn new() -> FencingGate {
+        FencingGate::default()
+    }
+
+    /// Admits a write with `token`, or refuses it if a larger token was admitted before.
+    pub fn admit(&self, token: i64) -> Result<(), StaleToken> {
+        let mut highest = self.highest.lock();
+        match *highest {
+            Some(h) if token < h => Err(StaleToken { token, highest: h }),
+            _ => {
+                *highest = Some(token);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `write` only if `token` is admitted; the check and the write happen under one lock,
+    /// so no newer holder can slip in between.
+    pub fn write<T>(&self, token: i64, write: impl FnOnce() -> T) -> Result<T, StaleToken> {
+        let mut highest = self.highest.lock();
+        match *highest {
+            Some(h) if token < h => Err(StaleToken { token, highest: h }),
+            _ => {
+                *highest = Some(token);
+                Ok(write())
+            }
+        }
+    }
+
+    /// The largest token admitted so far.
+    pub fn highest(&self) -> Option<i64> {
+        *self.highest.lock()
+    }
+}

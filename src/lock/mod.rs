@@ -1,0 +1,159 @@
+//! Lock recipes and the core they share.
+//!
+//! - [`InterProcessMutex`]: reentrant mutual exclusion across processes.
+//! - [`InterProcessSemaphoreV2`] and [`InterProcessSemaphoreMutex`]: N leases, and the
+//!   non-reentrant one-lease mutex built on them.
+//! - [`FencingGate`]: lets a protected resource refuse a holder that lost its lock.
+//! - [`revoke`]: asks a holder of a revocable lock to let go.
+//!
+//! Every guard dereferences to a [`Lease`]: `is_held()`, `lost()`, `valid_until()`,
+//! `check()`, `run(work)` and `fencing_token()`.
+
+mod core;
+mod fencing;
+mod lease;
+mod metrics;
+mod mutex;
+mod names;
+mod revocation;
+mod semaphore;
+
+#[cfg(feature = "testing")]
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use self::fencing::{FencingGate, StaleToken};
+pub use self::lease::{Lease, RunError};
+pub use self::metrics::{LockMetrics, Timing};
+pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};
+pub use self::names::{sequence_of, session_of, sort_contenders, Contender};
+pub use self::revocation::{revoke, REVOKE_MESSAGE};
+pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SemaphoreLease};
+
+/// How a lock behaves; the defaults suit most uses.
+#[derive(Clone)]
+pub struct LockOptions {
+    holder_id: Option<String>,
+    lost_on_suspend: bool,
+    fast_handoff: bool,
+    lease_margin: Option<Duration>,
+    #[cfg(feature = "testing")]
+    hooks: TestHooks,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            holder_id: None,
+            lost_on_suspend: false,
+            fast_handoff: true,
+            lease_margin: None,
+            #[cfg(feature = "testing")]
+            hooks: TestHooks::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for LockOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("holder_id", &self.holder_id)
+            .field("lost_on_suspend", &self.lost_on_suspend)
+            .field("fast_handoff", &self.fast_handoff)
+            .field("lease_margin", &self.lease_margin)
+            .finish()
+    }
+}
+
+impl LockOptions {
+    /// The defaults: holder id from host, process and thread; SUSPENDED does not count as
+    /// lost; fast handoff on; lease margin a tenth of the session timeout (at least 50 ms).
+    pub fn new() -> LockOptions {
+        LockOptions::default()
+    }
+
+    /// The text stored in our lock node, which others read with `current_holder()`. Default:
+    /// `host:pid:thread`.
+    pub fn holder_id(mut self, id: impl Into<String>) -> Self {
+        self.holder_id = Some(id.into());
+        self
+    }
+
+    /// Treat SUSPENDED as lost: `is_held()` turns false and `lost()` fires as soon as the
+    /// connection breaks, not only when the session is gone. Safer for work that must never
+    /// overlap; costs a re-acquire after every blip.
+    pub fn lost_on_suspend(mut self, yes: bool) -> Self {
+        self.lost_on_suspend = yes;
+        self
+    }
+
+    /// When the node we wait on was the only one ahead of us and is deleted, take the lock
+    /// without listing again (on by default; off only to measure what it saves).
+    pub fn fast_handoff(mut self, yes: bool) -> Self {
+        self.fast_handoff = yes;
+        self
+    }
+
+    /// How much earlier than the session's certain validity a lease stops being valid.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = Some(margin);
+        self
+    }
+
+    pub(crate) fn holder_id_text(&self) -> String {
+        self.holder_id.clone().unwrap_or_else(default_holder_id)
+    }
+
+    /// Test hook: runs just before the create of a contender node is sent, with its path.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_before_create(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.hooks.before_create = Some(Arc::new(f));
+        self
+    }
+
+    /// Test hook: runs after the watch on the node ahead is set and before the wait begins,
+    /// with the watched path.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_after_watch_set(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.hooks.after_watch_set = Some(Arc::new(f));
+        self
+    }
+}
+
+#[cfg(feature = "testing")]
+type Hook = Arc<dyn Fn(&str) + Send + Sync>;
+
+#[cfg(feature = "testing")]
+#[derive(Clone, Default)]
+struct TestHooks {
+    before_create: Option<Hook>,
+    after_watch_set: Option<Hook>,
+}
+
+#[cfg(feature = "testing")]
+impl TestHooks {
+    fn before_create(&self, path: &str) {
+        if let Some(h) = &self.before_create {
+            h(path)
+        }
+    }
+    fn after_watch_set(&self, path: &str) {
+        if let Some(h) = &self.after_watch_set {
+            h(path)
+        }
+    }
+}
+
+fn default_holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown-host".into());
+    let thread = std::thread::current();
+    let name = thread
+        .name()
+        .map_or_else(|| format!("{:?}", thread.id()), str::to_owned);
+    format!("{host}:{}:{name}", std::process::id())
+}

@@ -1,0 +1,141 @@
+//! Protected node names and how contenders are ordered.
+//!
+//! Every contender node is named `_c_<id>-<lock name><sequence>`, where `<id>` has the shape of
+//! a UUID (8-4-4-4-12 hex digits). Its first 16 hex digits are the session id and its last 16 a
+//! per-attempt counter, so the name tells operators which session made it, lets a client find
+//! its own node after a create whose answer was lost, and is accepted by Apache Curator's
+//! protected-name handling. The server appends the 10-digit sequence.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::SessionId;
+
+/// Curator's prefix for protected names.
+pub(crate) const PROTECTED_PREFIX: &str = "_c_";
+
+/// The `<id>` of a protected name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProtectedId(String);
+
+impl ProtectedId {
+    /// A new id for an attempt under `session`.
+    pub fn next(session: SessionId) -> ProtectedId {
+        static ATTEMPTS: AtomicU64 = AtomicU64::new(1);
+        let counter = ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+        ProtectedId::from_parts(session, counter)
+    }
+
+    fn from_parts(session: SessionId, counter: u64) -> ProtectedId {
+        let s = format!("{:016x}", session.0 as u64);
+        let c = format!("{counter:016x}");
+        ProtectedId(format!(
+            "{}-{}-{}-{}-{}",
+            &s[..8],
+            &s[8..12],
+            &s[12..16],
+            &c[..4],
+            &c[4..16]
+        ))
+    }
+
+    fn session_in(name: &str) -> Option<SessionId> {
+        let rest = name.strip_prefix(PROTECTED_PREFIX)?;
+        let hex: String = rest.get(..18)?.chars().filter(|c| *c != '-').collect();
+        u64::from_str_radix(hex.get(..16)?, 16)
+            .ok()
+            .map(|v| SessionId(v as i64))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name to create (the server appends the sequence).
+    pub fn node_prefix(&self, lock_name: &str) -> String {
+        format!("{PROTECTED_PREFIX}{}-{lock_name}", self.0)
+    }
+}
+
+/// The session that created a protected node, read from its name (`_c_<id>-...`); `None` for
+/// a name that is not protected. Lets an operator see whose node holds a lock.
+pub fn session_of(name: &str) -> Option<SessionId> {
+    ProtectedId::session_in(name)
+}
+
+/// The 10-digit sequence the server appended to a sequential node's name, or `None` for a
+/// child that is not a contender (written by something else).
+pub fn sequence_of(name: &str) -> Option<u32> {
+    let tail = name.get(name.len().checked_sub(10)?..)?;
+    if tail.bytes().all(|b| b.is_ascii_digit()) {
+        tail.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// One contender node, as listed under the lock path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contender {
+    /// Node name (no parent path).
+    pub name: String,
+    /// Its sequence number.
+    pub sequence: u32,
+}
+
+/// The contenders among `children`, in sequence order. Children without a sequence are not
+/// contenders and are left out.
+pub fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
+    let mut v: Vec<Contender> = children
+        .into_iter()
+        .filter_map(|name| sequence_of(&name).map(|sequence| Contender { name, sequence }))
+        .collect();
+    v.sort_by(|a, b| {
+        a.sequence
+            .cmp(&b.sequence)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protected_ids_are_uuid_shaped_and_carry_the_session() {
+        let id = ProtectedId::from_parts(SessionId(0x0100_0015_6676_0000), 0x2a);
+        assert_eq!(id.as_str(), "01000015-6676-0000-0000-00000000002a");
+        let name = format!("{}0000000007", id.node_prefix("lock-"));
+        assert_eq!(
+            name,
+            "_c_01000015-6676-0000-0000-00000000002a-lock-0000000007"
+        );
+        assert_eq!(
+            ProtectedId::session_in(&name),
+            Some(SessionId(0x0100_0015_6676_0000))
+        );
+        assert_eq!(ProtectedId::session_in("lock-0000000001"), None);
+        let negative = ProtectedId::from_parts(SessionId(-1), 1);
+        assert_eq!(
+            ProtectedId::session_in(&format!("_c_{}", negative.as_str())),
+            Some(SessionId(-1))
+        );
+    }
+
+    #[test]
+    fn contenders_sort_by_sequence_whatever_their_prefix() {
+        let sorted = sort_contenders(vec![
+            "_c_aaaa-lock-0000000003".into(),
+            "x-17-0000000001".into(),
+            "0f8e__lock__0000000002".into(),
+            "_c_bbbb-__WRIT__0000000004".into(),
+            "leases".into(),
+            "readme".into(),
+        ]);
+        let seqs: Vec<u32> = sorted.iter().map(|c| c.sequence).collect();
+        assert_eq!(seqs, [1, 2, 3, 4]);
+        assert_eq!(sequence_of("lock-12345678901"), Some(2_345_678_901));
+        assert_eq!(sequence_of("short-1"), None);
+        assert_eq!(sequence_of("ü-000000001ü"), None);
+    }
+}

@@ -1,0 +1,333 @@
+//! InterProcessMutex and the semaphores against a real server.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::lock::{
+    revoke, session_of, InterProcessMutex, InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
+    LockOptions,
+};
+use zk_recipes::{Client, Error};
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+/// Children of `path`, sorted (none if it does not exist).
+fn children(c: &Client, path: &str) -> Vec<String> {
+    let mut v = c.children(path).unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn sixteen_clients_never_overlap_and_lose_no_update() {
+    let path = root("mutex-exclusion");
+    let counter = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most_inside = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(16));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (path, counter, inside, most_inside, start) = (
+                path.clone(),
+                counter.clone(),
+                inside.clone(),
+                most_inside.clone(),
+                start.clone(),
+            );
+            thread::spawn(move || {
+                let client = client();
+                let mutex = InterProcessMutex::new(&client, &path).unwrap();
+                start.wait();
+                for _ in 0..50 {
+                    let _guard = mutex.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most_inside.fetch_max(now, Ordering::SeqCst);
+                    // Read, pause, write: a lost update shows if two are ever inside.
+                    let seen = counter.load(Ordering::SeqCst);
+                    thread::sleep(Duration::from_micros(200));
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 16 * 50);
+    assert_eq!(most_inside.load(Ordering::SeqCst), 1);
+    assert!(children(&client(), &path).is_empty());
+}
+
+#[test]
+fn contenders_acquire_in_the_order_they_queued() {
+    let path = root("mutex-fifo");
+    let holder_client = client();
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let (order_tx, order_rx) = mpsc::channel();
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let (p, order_tx) = (path.clone(), order_tx.clone());
+        waiters.push(thread::spawn(move || {
+            let client = client();
+            let mutex = InterProcessMutex::new(&client, &p).unwrap();
+            let g = mutex.acquire().unwrap();
+            order_tx.send(i).unwrap();
+            drop(g);
+        }));
+        // The next contender starts only once this one is in line.
+        let observer = holder_client.clone();
+        wait_for(SOON, || {
+            (children(&observer, &path).len() == i + 2).then_some(())
+        })
+        .expect("contender never queued");
+    }
+    drop(guard);
+    let order: Vec<usize> = (0..5)
+        .map(|_| order_rx.recv_timeout(SOON).unwrap())
+        .collect();
+    assert_eq!(order, [0, 1, 2, 3, 4]);
+    for w in waiters {
+        w.join().unwrap();
+    }
+}
+
+#[test]
+fn reentrant_holds_release_the_node_only_with_the_last_guard() {
+    let path = root("mutex-reentrant");
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let g1 = mutex.acquire().unwrap();
+    let g2 = mutex.acquire().unwrap();
+    let g3 = mutex
+        .try_acquire_for(Duration::from_millis(1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        children(&c, &path).len(),
+        1,
+        "re-entry must not create nodes"
+    );
+    assert_eq!(g1.node_path(), g3.node_path());
+    drop(g3);
+    drop(g1);
+    assert_eq!(children(&c, &path).len(), 1);
+    assert!(mutex.is_owned_by_current_thread());
+    g2.release().unwrap();
+    assert!(children(&c, &path).is_empty());
+    assert!(!mutex.is_acquired_in_this_process());
+}
+
+#[test]
+fn a_thread_that_does_not_hold_the_lock_cannot_release_it() {
+    let path = root("mutex-foreign");
+    let c = client();
+    let mutex = Arc::new(InterProcessMutex::new(&c, &path).unwrap());
+    let guard = mutex.acquire().unwrap();
+    let m = mutex.clone();
+    let refused = thread::spawn(move || m.release()).join().unwrap();
+    assert!(
+        matches!(refused, Err(Error::IllegalState(_))),
+        "{refused:?}"
+    );
+    assert!(guard.is_held());
+    assert_eq!(children(&c, &path).len(), 1);
+    drop(guard);
+    assert!(children(&c, &path).is_empty());
+}
+
+#[test]
+fn holder_id_and_participants_are_readable_by_others() {
+    let path = root("mutex-holder");
+    let a = client();
+    let mutex =
+        InterProcessMutex::with_options(&a, &path, LockOptions::new().holder_id("job-42@host-a"))
+            .unwrap();
+    let guard = mutex.acquire().unwrap();
+    let b = client();
+    let other = InterProcessMutex::new(&b, &path).unwrap();
+    assert_eq!(
+        other.current_holder().unwrap().as_deref(),
+        Some("job-42@host-a")
+    );
+    let nodes = other.participant_nodes().unwrap();
+    assert_eq!(nodes, vec![guard.node_path().to_string()]);
+    let name = nodes[0].rsplit('/').next().unwrap();
+    assert!(name.starts_with("_c_") && name.contains("-lock-"), "{name}");
+    assert_eq!(session_of(name), a.session_id());
+}
+
+#[test]
+fn a_timed_out_attempt_leaves_no_node_and_the_lock_stays_usable() {
+    let path = root("mutex-timeout");
+    let c = client();
+    let holder = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let other_client = client();
+    let other = InterProcessMutex::new(&other_client, &path).unwrap();
+    assert!(other
+        .try_acquire_for(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    assert!(other.try_acquire().unwrap().is_none());
+    assert_eq!(
+        children(&c, &path).len(),
+        1,
+        "only the holder's node remains"
+    );
+    assert_eq!(other.metrics().timeouts, 2);
+    drop(guard);
+    assert!(other.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_waiter_that_gives_up_in_the_middle_does_not_break_the_order() {
+    let path = root("mutex-middle");
+    let c = client();
+    let holder = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let (order_tx, order_rx) = mpsc::channel();
+    let spawn_waiter = |name: &'static str, patience: Option<Duration>| {
+        let (path, order_tx) = (path.clone(), order_tx.clone());
+        thread::spawn(move || {
+            let client = client();
+            let mutex = InterProcessMutex::new(&client, &path).unwrap();
+            let got = match patience {
+                Some(p) => mutex.try_acquire_for(p).unwrap(),
+                None => Some(mutex.acquire().unwrap()),
+            };
+            order_tx.send((name, got.is_some())).unwrap();
+        })
+    };
+    let first = spawn_waiter("first", None);
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    let quitter = spawn_waiter("quitter", Some(Duration::from_millis(300)));
+    wait_for(SOON, || (children(&c, &path).len() == 3).then_some(())).unwrap();
+    let last = spawn_waiter("last", None);
+    wait_for(SOON, || (children(&c, &path).len() == 4).then_some(())).unwrap();
+
+    assert_eq!(order_rx.recv_timeout(SOON).unwrap(), ("quitter", false));
+    drop(guard);
+    assert_eq!(order_rx.recv_timeout(SOON).unwrap(), ("first", true));
+    assert_eq!(order_rx.recv_timeout(SOON).unwrap(), ("last", true));
+    for t in [first, quitter, last] {
+        t.join().unwrap();
+    }
+    assert!(children(&c, &path).is_empty());
+}
+
+#[test]
+fn the_lock_path_is_empty_after_all_guards_drop_and_clients_close() {
+    let path = root("mutex-clean");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            thread::spawn(move || {
+                let client = client();
+                let mutex = InterProcessMutex::new(&client, &path).unwrap();
+                for _ in 0..5 {
+                    let _g = mutex.acquire().unwrap();
+                }
+                let _kept = mutex.acquire().unwrap();
+                client.close();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(children(&client(), &path).is_empty());
+}
+
+#[test]
+fn semaphore_mutex_is_not_reentrant_and_may_be_released_by_another_thread() {
+    let path = root("semaphore-mutex");
+    let c = client();
+    let mutex = InterProcessSemaphoreMutex::new(&c, &path).unwrap();
+    let lease = mutex.acquire().unwrap();
+    assert!(
+        mutex
+            .try_acquire_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "the same thread must not get it twice"
+    );
+    thread::spawn(move || lease.release().unwrap())
+        .join()
+        .unwrap();
+    let again = mutex.try_acquire_for(SOON).unwrap();
+    assert!(again.is_some());
+    drop(again);
+    assert!(children(&c, &format!("{path}/leases")).is_empty());
+    assert!(children(&c, &format!("{path}/locks")).is_empty());
+}
+
+#[test]
+fn a_semaphore_with_three_leases_never_has_more_than_three_holders() {
+    let path = root("semaphore-3");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, inside, most) = (path.clone(), inside.clone(), most.clone());
+            thread::spawn(move || {
+                let client = client();
+                let sem = InterProcessSemaphoreV2::new(&client, &path, 3).unwrap();
+                for _ in 0..10 {
+                    let _lease = sem.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once");
+    assert!(most >= 2, "leases were never shared ({most})");
+    assert!(children(&client(), &format!("{path}/leases")).is_empty());
+}
+
+#[test]
+fn revoke_calls_the_holders_listener() {
+    let path = root("mutex-revoke");
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    mutex.make_revocable(move |node| tx.send(node.to_string()).unwrap());
+    let guard = mutex.acquire().unwrap();
+    let other = client();
+    revoke(&other, guard.node_path()).unwrap();
+    assert_eq!(rx.recv_timeout(SOON).unwrap(), guard.node_path());
+    drop(guard);
+    assert!(children(&c, &path).is_empty());
+}
+
+#[test]
+fn metrics_count_acquisitions_waits_and_holds() {
+    let path = root("mutex-metrics");
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    for _ in 0..3 {
+        let _g = mutex.acquire().unwrap();
+        let _again = mutex.acquire().unwrap(); // re-entry is not an acquisition
+    }
+    let m = mutex.metrics();
+    assert_eq!(m.acquisitions, 3);
+    assert_eq!(m.wait.count, 3);
+    assert_eq!(m.hold.count, 3);
+    assert_eq!(m.timeouts, 0);
+    assert_eq!(m.losses, 0);
+}

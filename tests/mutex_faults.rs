@@ -1,0 +1,254 @@
+//! The lock core under faults: lost create answers, lost watches, the seed article's race, and
+//! a holder whose session expires while it thinks it holds the lock.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::lock::{FencingGate, InterProcessMutex, LockOptions};
+use zk_recipes::{Client, ConnectionState, Error};
+
+fn children(c: &Client, path: &str) -> Vec<String> {
+    let mut v = c.children(path).unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
+    let f = Arc::new(faulty());
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/lost-answer";
+    observer.ensure_path(path).unwrap();
+    let creates = Arc::new(AtomicUsize::new(0));
+    let (armed_tx, armed_rx) = mpsc::channel();
+    let options = {
+        let (f, creates) = (f.clone(), creates.clone());
+        LockOptions::new().testing_before_create(move |_| {
+            // The first create reaches the server, but its answer is held back.
+            if creates.fetch_add(1, Ordering::SeqCst) == 0 {
+                f.proxy.hold_replies();
+                armed_tx.send(()).unwrap();
+            }
+        })
+    };
+    let mutex = InterProcessMutex::with_options(&client, path, options).unwrap();
+    let cutter = {
+        let f = f.clone();
+        let observer = observer.clone();
+        thread::spawn(move || {
+            armed_rx.recv_timeout(SOON).unwrap();
+            // Cut only once the server has made the node (so its answer is surely lost).
+            wait_for(SOON, || {
+                (children(&observer, path).len() == 1).then_some(())
+            })
+            .expect("the create never reached the server");
+            f.proxy.cut();
+            f.proxy.heal();
+        })
+    };
+    let guard = mutex
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("acquired after the loss");
+    cutter.join().unwrap();
+
+    assert_eq!(
+        creates.load(Ordering::SeqCst),
+        1,
+        "the create was repeated, not adopted"
+    );
+    let nodes = children(&observer, path);
+    assert_eq!(nodes.len(), 1, "an orphan or a second node: {nodes:?}");
+    assert!(guard.node_path().ends_with(&nodes[0]));
+    assert!(guard.is_held());
+    drop(guard);
+    assert!(children(&observer, path).is_empty());
+}
+
+#[test]
+fn a_waiter_whose_watch_is_lost_still_acquires_after_reconnecting() {
+    let f = faulty();
+    let holder_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let waiter_client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/lost-watch";
+    let holder = InterProcessMutex::new(&holder_client, path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let mutex = InterProcessMutex::new(&waiter_client, path).unwrap();
+        let g = mutex.try_acquire_for(SOON).unwrap();
+        done_tx.send(g.is_some()).unwrap();
+    });
+    wait_for(SOON, || {
+        (children(&holder_client, path).len() == 2).then_some(())
+    })
+    .unwrap();
+
+    // The release's notification is held back, then dropped with the connection.
+    f.proxy.blackhole();
+    drop(guard);
+    f.proxy.cut();
+    f.proxy.heal();
+
+    assert!(
+        done_rx.recv_timeout(SOON).unwrap(),
+        "the waiter never acquired"
+    );
+    waiter.join().unwrap();
+    assert!(children(&holder_client, path).is_empty());
+}
+
+#[test]
+fn the_seed_race_forced_a_predecessor_deleted_between_watch_and_wait_still_wakes_the_waiter() {
+    let path = root("seed-race");
+    let holder_client = connect(&server().connect_string(), Duration::from_secs(10));
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let deleter = connect(&server().connect_string(), Duration::from_secs(10));
+    let fired = Arc::new(AtomicBool::new(false));
+    let options = {
+        let fired = fired.clone();
+        LockOptions::new().testing_after_watch_set(move |watched| {
+            // Between "watch set" and "wait begins", the predecessor vanishes.
+            if !fired.swap(true, Ordering::SeqCst) {
+                deleter.delete(watched).unwrap();
+            }
+        })
+    };
+    let waiter_client = connect(&server().connect_string(), Duration::from_secs(10));
+    let waiter = InterProcessMutex::with_options(&waiter_client, &path, options).unwrap();
+    let got = waiter.try_acquire_for(SOON).unwrap();
+    assert!(
+        fired.load(Ordering::SeqCst),
+        "the hook never ran: no wait happened"
+    );
+    assert!(got.is_some(), "the waiter missed its wake-up");
+    drop(got);
+    drop(guard); // its node is already gone: NoNode counts as released
+}
+
+#[test]
+fn an_expired_holder_knows_from_check_before_events_and_its_token_is_fenced_off() {
+    let f = faulty();
+    let zombie_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let path = "/zombie";
+    let zombie_lock = InterProcessMutex::new(&zombie_client, path).unwrap();
+    let zombie = zombie_lock.acquire().unwrap();
+    let gate = FencingGate::new();
+    let old_token = zombie.fencing_token().unwrap();
+    gate.admit(old_token).unwrap();
+    let lost = zombie.lost();
+
+    // The zombie pauses: the network holds its every byte.
+    f.proxy.blackhole();
+    wait_for(SOON, || zombie.check().is_err().then_some(())).expect("check() never failed");
+    assert!(
+        zombie.is_held(),
+        "check() must fail before the loss event arrives (the event is late by design)"
+    );
+    assert!(zombie.run(|| ()).is_err());
+
+    let other_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let other_lock = InterProcessMutex::new(&other_client, path).unwrap();
+    let other = other_lock
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("the lock was never freed");
+    let new_token = other.fencing_token().unwrap();
+    assert!(new_token > old_token);
+    gate.admit(new_token).unwrap();
+    let refused = gate.admit(old_token).unwrap_err();
+    assert_eq!(refused.highest, new_token);
+
+    assert!(matches!(
+        lost.recv_timeout(SOON),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+    ));
+    assert!(!zombie.is_held());
+    f.proxy.heal();
+    assert!(matches!(zombie.release(), Err(Error::SessionLost { .. })));
+    assert_eq!(
+        children(&other_client, path).len(),
+        1,
+        "the zombie deleted another's node"
+    );
+}
+
+#[test]
+fn a_waiter_whose_session_is_lost_gets_an_error_and_leaves_no_node() {
+    let f = faulty();
+    let holder_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let holder = InterProcessMutex::new(&holder_client, "/lost-waiter").unwrap();
+    let _guard = holder.acquire().unwrap();
+    let waiter_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let sub = waiter_client.subscribe();
+    let (tx, rx) = mpsc::channel();
+    let c = waiter_client.clone();
+    thread::spawn(move || {
+        let mutex = InterProcessMutex::new(&c, "/lost-waiter").unwrap();
+        tx.send(mutex.acquire().map(|_| ())).unwrap();
+    });
+    wait_for(SOON, || {
+        (children(&holder_client, "/lost-waiter").len() == 2).then_some(())
+    })
+    .unwrap();
+    f.proxy.blackhole();
+    let result = rx.recv_timeout(SOON).expect("the waiter never returned");
+    assert!(
+        matches!(result, Err(Error::SessionLost { .. })),
+        "{result:?}"
+    );
+    f.proxy.heal();
+    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+    wait_for(SOON, || {
+        (children(&holder_client, "/lost-waiter").len() == 1).then_some(())
+    })
+    .expect("the lost waiter's node stayed");
+}
+
+#[test]
+fn a_release_that_cannot_delete_now_is_finished_by_the_janitor_while_the_session_lives() {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    // Gives up on the delete at once, so only the janitor can finish it.
+    let client = Client::builder(&f.proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(Duration::from_millis(300))
+        .retry_policy(zk_recipes::RetryPolicy::never())
+        .connect()
+        .unwrap();
+    let sub = client.subscribe();
+    let session = client.session_id();
+    let mutex = InterProcessMutex::new(&client, "/janitor").unwrap();
+    let guard = mutex.acquire().unwrap();
+    let node = guard.node_path().to_string();
+
+    f.proxy.refuse();
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Suspended
+    );
+    guard.release().unwrap();
+    assert!(
+        observer.exists(&node).unwrap().is_some(),
+        "nothing could delete it yet"
+    );
+
+    f.proxy.heal();
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Reconnected
+    );
+    wait_for(SOON, || {
+        observer.exists(&node).unwrap().is_none().then_some(())
+    })
+    .expect("the janitor never deleted the released node");
+    // Same session throughout: the node went by the janitor's delete, not with its session.
+    assert_eq!(client.session_id(), session);
+}
