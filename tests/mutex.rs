@@ -8,6 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
+use rstest::rstest;
 use zk_recipes::lock::{
     revoke, session_of, InterProcessMutex, InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
     LockOptions,
@@ -25,8 +26,10 @@ fn children(c: &Client, path: &str) -> Vec<String> {
     v
 }
 
-#[test]
-fn sixteen_clients_never_overlap_and_lose_no_update() {
+#[rstest]
+#[case::fast_handoff(true)]
+#[case::always_relist(false)]
+fn sixteen_clients_never_overlap_and_lose_no_update(#[case] fast_handoff: bool) {
     let path = root("mutex-exclusion");
     let counter = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
@@ -43,7 +46,8 @@ fn sixteen_clients_never_overlap_and_lose_no_update() {
             );
             thread::spawn(move || {
                 let client = client();
-                let mutex = InterProcessMutex::new(&client, &path).unwrap();
+                let options = LockOptions::new().fast_handoff(fast_handoff);
+                let mutex = InterProcessMutex::with_options(&client, &path, options).unwrap();
                 start.wait();
                 for _ in 0..50 {
                     let _guard = mutex.acquire().unwrap();

@@ -303,6 +303,21 @@ impl LockCore {
         self.forget(&node.path, node.session);
     }
 
+    /// An error met while waiting, told truthfully: connection loss after the connection has
+    /// been silent for a whole session timeout (or once the session is known gone) means the
+    /// server has expired the session, and our node with it.
+    pub fn while_waiting(&self, e: Error, token: &SessionToken) -> Error {
+        let gone = token.is_lost()
+            || self.client.session_id() != Some(token.session)
+            || self.client.core().silent_too_long();
+        match e {
+            Error::ConnectionLoss if gone => Error::SessionLost {
+                session_id: token.session,
+            },
+            e => e,
+        }
+    }
+
     /// Lists the contenders in order.
     pub fn contenders(&self, deadline: Option<Instant>) -> Result<Vec<Contender>> {
         match self.client_until(deadline).children(&self.path) {
@@ -330,7 +345,7 @@ impl LockCore {
             let contenders = match self.contenders(deadline) {
                 Ok(c) => c,
                 Err(Error::Timeout { .. }) => return Ok(false),
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.while_waiting(e, token)),
             };
             let Some(ours) = contenders.iter().position(|c| c.name == node.name) else {
                 warn!("{} is gone while waiting for {}", node.name, self.path);
@@ -358,7 +373,7 @@ impl LockCore {
                     continue;
                 }
                 Err(Error::Timeout { .. }) => return Ok(false),
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.while_waiting(e, token)),
             }
             #[cfg(feature = "testing")]
             self.options.hooks.after_watch_set(&watched);
@@ -415,10 +430,11 @@ impl LockCore {
     }
 
     /// Ends a hold: deletes the node (through the janitor if it cannot now). Errs with
-    /// `SessionLost` if the hold had been lost.
+    /// `SessionLost` if the hold was not certainly valid up to now: lost, or past its lease
+    /// (the loss may simply not have been heard of yet).
     pub fn release(&self, lease: &Lease) -> Result<()> {
         self.counters.released(lease.held_for());
-        let held = lease.is_held();
+        let held = lease.is_held() && lease.check().is_ok();
         self.forget(&lease.node, lease.session_id());
         if held {
             Ok(())

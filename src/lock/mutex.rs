@@ -1,5 +1,4 @@
 //! `InterProcessMutex`: a reentrant mutex across processes.
-#![doc = include_str!("../../recipes/mutex.md")]
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -44,6 +43,8 @@ struct Hold {
 /// } // released here
 /// # Ok(()) }
 /// ```
+///
+#[doc = include_str!("../../recipes/mutex.md")]
 pub struct InterProcessMutex {
     core: LockCore,
     holds: Mutex<HashMap<ThreadId, Hold>>,
@@ -216,8 +217,8 @@ impl InterProcessMutex {
 }
 
 impl InterProcessMutexGuard<'_> {
-    /// Releases this hold now and reports how it ended (`SessionLost` if the lock had been
-    /// lost meanwhile; the hold is gone either way).
+    /// Releases this hold now and reports how it ended: `SessionLost` if the lock was not
+    /// certainly held up to now (lost, or its lease check failing); the hold is gone either way.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
         self.mutex.release()

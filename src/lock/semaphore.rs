@@ -1,6 +1,5 @@
 //! `InterProcessSemaphoreV2` (N leases) and `InterProcessSemaphoreMutex` (one lease, not
 //! reentrant), built the way Curator builds them.
-#![doc = include_str!("../../recipes/semaphore.md")]
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -48,6 +47,8 @@ struct Inner {
 /// });
 /// # Ok(()) }
 /// ```
+///
+#[doc = include_str!("../../recipes/semaphore.md")]
 #[derive(Clone)]
 pub struct InterProcessSemaphoreV2 {
     inner: Arc<Inner>,
@@ -149,7 +150,7 @@ impl InterProcessSemaphoreV2 {
             let children = match client.children_watch(&inner.leases.path, &wake_tx) {
                 Ok(c) => sort_contenders(c),
                 Err(Error::Timeout { .. }) => break Ok(false),
-                Err(e) => break Err(e),
+                Err(e) => break Err(inner.leases.while_waiting(e, &token)),
             };
             if !children.iter().any(|c| c.name == node.name) {
                 break Err(Error::SessionLost {
