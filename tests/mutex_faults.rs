@@ -252,3 +252,44 @@ fn a_release_that_cannot_delete_now_is_finished_by_the_janitor_while_the_session
     // Same session throughout: the node went by the janitor's delete, not with its session.
     assert_eq!(client.session_id(), session);
 }
+
+#[test]
+fn with_lost_on_suspend_a_broken_connection_ends_the_hold_at_once() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let strict = InterProcessMutex::with_options(
+        &client,
+        "/strict",
+        LockOptions::new().lost_on_suspend(true),
+    )
+    .unwrap();
+    let relaxed = InterProcessMutex::new(&client, "/relaxed").unwrap();
+    let strict_guard = strict.acquire().unwrap();
+    let relaxed_guard = relaxed.acquire().unwrap();
+    let sub = client.subscribe();
+
+    f.proxy.cut();
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Suspended
+    );
+    assert!(
+        !strict_guard.is_held(),
+        "SUSPENDED counts as lost under this policy"
+    );
+    assert!(matches!(
+        strict_guard.lost().try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    ));
+    assert!(relaxed_guard.is_held(), "by default only LOST ends a hold");
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Reconnected
+    );
+    assert!(relaxed_guard.is_held());
+    assert!(matches!(
+        strict_guard.release(),
+        Err(Error::SessionLost { .. })
+    ));
+    relaxed_guard.release().unwrap();
+}
