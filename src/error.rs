@@ -52,6 +52,12 @@ pub enum Error {
     /// A recipe was used in a way its protocol forbids (for example releasing a lock from a
     /// thread that does not hold it).
     IllegalState(String),
+    /// A thread holding the read lock asked for the write lock of the same read/write lock. It
+    /// would wait for its own read lock for ever, so it is refused at once; nothing was created.
+    LockUpgrade {
+        /// The read/write lock's path.
+        path: String,
+    },
 }
 
 impl Error {
@@ -123,6 +129,11 @@ impl fmt::Display for Error {
             Error::BadArguments(msg) => write!(f, "bad arguments: {msg}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
+            Error::LockUpgrade { path } => write!(
+                f,
+                "this thread holds the read lock of {path} and cannot take its write lock (it \
+                 would wait for itself): release the read lock first"
+            ),
         }
     }
 }

@@ -51,6 +51,45 @@ impl Rule for MaxLeases {
     }
 }
 
+/// A read/write lock's writer: goes when first. Watching a write node it cannot take the fast
+/// handoff, because that writer may downgrade, and its read node would then stand between us.
+pub(crate) struct WriterRule;
+
+impl Rule for WriterRule {
+    fn decide(&self, contenders: &[Contender], ours: usize) -> Decision {
+        if ours == 0 {
+            Decision::Go
+        } else {
+            Decision::Watch {
+                index: ours - 1,
+                sole_blocker: ours == 1 && !contenders[0].is_writer(),
+            }
+        }
+    }
+}
+
+/// A read/write lock's reader: goes when no writer stands ahead; otherwise watches the nearest
+/// writer ahead (readers in between do not block it).
+pub(crate) struct ReaderRule;
+
+impl Rule for ReaderRule {
+    fn decide(&self, contenders: &[Contender], ours: usize) -> Decision {
+        let mut writers = contenders[..ours]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_writer())
+            .map(|(i, _)| i);
+        let count = writers.clone().count();
+        match writers.next_back() {
+            None => Decision::Go,
+            Some(index) => Decision::Watch {
+                index,
+                sole_blocker: count == 1,
+            },
+        }
+    }
+}
+
 /// Our node, once created.
 #[derive(Debug, Clone)]
 pub(crate) struct OwnNode {
@@ -143,6 +182,23 @@ impl LockCore {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Takes the lock without waiting for a turn (a downgrade: the write lock's holder takes the
+    /// read lock).
+    pub fn grant(&self, lock_name: &str, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        let started = Instant::now();
+        match self.enter(lock_name, deadline) {
+            Ok((node, token)) => {
+                self.counters.acquired(started.elapsed());
+                Ok(Some(self.lease(node, token)))
+            }
+            Err(Error::Timeout { .. }) => {
+                self.counters.timed_out();
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -458,11 +514,12 @@ impl LockCore {
         Ok(None)
     }
 
-    /// Contender paths, in order.
-    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+    /// Contender paths, in order; only those whose name contains `kind`, if given.
+    pub fn participant_nodes(&self, kind: Option<&str>) -> Result<Vec<String>> {
         Ok(self
             .contenders(None)?
             .into_iter()
+            .filter(|c| kind.is_none_or(|k| c.name.contains(k)))
             .map(|c| paths::join(&self.path, &c.name))
             .collect())
     }

@@ -1,6 +1,7 @@
 //! Lock recipes and the core they share.
 //!
 //! - [`InterProcessMutex`]: reentrant mutual exclusion across processes.
+//! - [`InterProcessReadWriteLock`]: shared readers, exclusive writers, downgrade.
 //! - [`InterProcessSemaphoreV2`] and [`InterProcessSemaphoreMutex`]: N leases, and the
 //!   non-reentrant one-lease mutex built on them.
 //! - [`FencingGate`]: lets a protected resource refuse a holder that lost its lock.
@@ -16,6 +17,7 @@ mod metrics;
 mod mutex;
 mod names;
 mod revocation;
+mod rwlock;
 mod semaphore;
 
 #[cfg(feature = "testing")]
@@ -26,8 +28,9 @@ pub use self::fencing::{FencingGate, StaleToken};
 pub use self::lease::{Lease, RunError};
 pub use self::metrics::{LockMetrics, Timing};
 pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};
-pub use self::names::{sequence_of, session_of, sort_contenders, Contender};
+pub use self::names::{order_of, sequence_of, session_of, sort_contenders, Contender};
 pub use self::revocation::{revoke, REVOKE_MESSAGE};
+pub use self::rwlock::InterProcessReadWriteLock;
 pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SemaphoreLease};
 
 /// How a lock behaves; the defaults suit most uses.

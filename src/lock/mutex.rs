@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use log::warn;
 use parking_lot::Mutex;
 
-use super::core::{LockCore, MaxLeases};
+use super::core::{LockCore, MaxLeases, ReaderRule, Rule, WriterRule};
 use super::lease::Lease;
 use super::metrics::LockMetrics;
+use super::names::{sequence_of, READ_NAME, WRITE_NAME};
 use super::revocation::{Listener, RevocationWatch};
 use super::LockOptions;
-use crate::{Client, Error, Result};
+use crate::{paths, Client, Error, Result};
 
 const LOCK_NAME: &str = "lock-";
 
@@ -23,6 +24,17 @@ struct Hold {
     count: usize,
     lease: Arc<Lease>,
     _revocation: Option<RevocationWatch>,
+}
+
+/// This process's holds of one lock, by thread.
+type Holds = Arc<Mutex<HashMap<ThreadId, Hold>>>;
+
+/// What a mutex is: a plain one, or one side of a read/write lock (which knows the other
+/// side's holds, for downgrade and for refusing an upgrade).
+enum Role {
+    Plain,
+    Reader { writer: Holds },
+    Writer { reader: Holds },
 }
 
 /// A mutex shared by every process that uses the same ZooKeeper path: one holder at a time, in
@@ -47,7 +59,10 @@ struct Hold {
 #[doc = include_str!("../../recipes/mutex.md")]
 pub struct InterProcessMutex {
     core: LockCore,
-    holds: Mutex<HashMap<ThreadId, Hold>>,
+    lock_name: &'static str,
+    rule: Box<dyn Rule + Send + Sync>,
+    role: Role,
+    holds: Holds,
     revocation: Mutex<Option<Listener>>,
 }
 
@@ -84,9 +99,40 @@ impl InterProcessMutex {
     ) -> Result<InterProcessMutex> {
         Ok(InterProcessMutex {
             core: LockCore::new(client, path, options)?,
-            holds: Mutex::new(HashMap::new()),
+            lock_name: LOCK_NAME,
+            rule: Box::new(MaxLeases(1)),
+            role: Role::Plain,
+            holds: Holds::default(),
             revocation: Mutex::new(None),
         })
+    }
+
+    /// The read and the write side of a read/write lock on `path`.
+    pub(crate) fn read_write(
+        client: &Client,
+        path: &str,
+        options: LockOptions,
+    ) -> Result<(InterProcessMutex, InterProcessMutex)> {
+        let (read_holds, write_holds) = (Holds::default(), Holds::default());
+        let read = InterProcessMutex {
+            core: LockCore::new(client, path, options.clone())?,
+            lock_name: READ_NAME,
+            rule: Box::new(ReaderRule),
+            role: Role::Reader {
+                writer: write_holds.clone(),
+            },
+            holds: read_holds.clone(),
+            revocation: Mutex::new(None),
+        };
+        let write = InterProcessMutex {
+            core: LockCore::new(client, path, options)?,
+            lock_name: WRITE_NAME,
+            rule: Box::new(WriterRule),
+            role: Role::Writer { reader: read_holds },
+            holds: write_holds,
+            revocation: Mutex::new(None),
+        };
+        Ok((read, write))
     }
 
     /// The lock's path.
@@ -125,10 +171,34 @@ impl InterProcessMutex {
             hold.count += 1;
             return Ok(Some(self.guard(hold.lease.clone())));
         }
-        let Some(lease) = self
-            .core
-            .acquire(LOCK_NAME, &MaxLeases(1), deadline, wait)?
-        else {
+        let acquired = match &self.role {
+            Role::Writer { reader } if reader.lock().contains_key(&me) => {
+                return Err(Error::LockUpgrade {
+                    path: self.core.path.clone(),
+                })
+            }
+            Role::Reader { writer } => {
+                // Downgrade: the thread holding the write lock reads at once. Its read node
+                // carries the write node's sequence, so it stands right behind it, ahead of any
+                // writer that queued meanwhile (who must then wait for this read too).
+                let write_seq = writer
+                    .lock()
+                    .get(&me)
+                    .and_then(|h| sequence_of(paths::node_name(h.lease.node_path())));
+                match write_seq {
+                    Some(seq) => self
+                        .core
+                        .grant(&format!("{READ_NAME}{seq:010}-"), deadline)?,
+                    None => self
+                        .core
+                        .acquire(self.lock_name, &*self.rule, deadline, wait)?,
+                }
+            }
+            _ => self
+                .core
+                .acquire(self.lock_name, &*self.rule, deadline, wait)?,
+        };
+        let Some(lease) = acquired else {
             return Ok(None);
         };
         let lease = Arc::new(lease);
@@ -193,9 +263,13 @@ impl InterProcessMutex {
         self.holds.lock().contains_key(&thread::current().id())
     }
 
-    /// Every contender's node (holder first, then waiters in order).
+    /// Every contender's node (holder first, then waiters in order). For one side of a
+    /// read/write lock, only that side's nodes.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.core.participant_nodes()
+        match self.role {
+            Role::Plain => self.core.participant_nodes(None),
+            _ => self.core.participant_nodes(Some(self.lock_name)),
+        }
     }
 
     /// The holder id stored by whoever holds the lock now, if anyone does.

@@ -73,27 +73,68 @@ pub fn sequence_of(name: &str) -> Option<u32> {
     }
 }
 
+/// Read-lock node marker (Curator's).
+pub(crate) const READ_NAME: &str = "__READ__";
+/// Write-lock node marker (Curator's).
+pub(crate) const WRITE_NAME: &str = "__WRIT__";
+
+/// Where a child stands in line: `(sequence, 0)` for an ordinary contender. A read node made by
+/// a downgrade carries the sequence of the write node it came from, `__READ__<write seq>-<seq>`
+/// (with or without the dash), and stands right behind that write node: `(write seq, seq)`.
+/// That is also how Curator's sorter (the text after `__READ__`, compared as a string) orders
+/// it.
+pub fn order_of(name: &str) -> Option<(u32, u32)> {
+    let seq = sequence_of(name)?;
+    let head = &name[..name.len() - 10];
+    let head = head.strip_suffix('-').unwrap_or(head);
+    let downgrade = head
+        .len()
+        .checked_sub(10)
+        .and_then(|i| head.get(i..).zip(head.get(..i)))
+        .filter(|(digits, before)| {
+            digits.bytes().all(|b| b.is_ascii_digit()) && before.ends_with(READ_NAME)
+        })
+        .and_then(|(digits, _)| digits.parse().ok());
+    Some(match downgrade {
+        Some(write_seq) => (write_seq, seq),
+        None => (seq, 0),
+    })
+}
+
 /// One contender node, as listed under the lock path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contender {
     /// Node name (no parent path).
     pub name: String,
-    /// Its sequence number.
+    /// The sequence the server appended to its name.
     pub sequence: u32,
+    /// Its place in line (see [`order_of`]).
+    pub order: (u32, u32),
 }
 
-/// The contenders among `children`, in sequence order. Children without a sequence are not
+impl Contender {
+    /// True for a write-lock node of a read/write lock.
+    pub fn is_writer(&self) -> bool {
+        self.name.contains(WRITE_NAME)
+    }
+}
+
+/// The contenders among `children`, in line order. Children without a sequence are not
 /// contenders and are left out.
 pub fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
     let mut v: Vec<Contender> = children
         .into_iter()
-        .filter_map(|name| sequence_of(&name).map(|sequence| Contender { name, sequence }))
+        .filter_map(|name| {
+            let order = order_of(&name)?;
+            let sequence = sequence_of(&name)?;
+            Some(Contender {
+                name,
+                sequence,
+                order,
+            })
+        })
         .collect();
-    v.sort_by(|a, b| {
-        a.sequence
-            .cmp(&b.sequence)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    v.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
     v
 }
 
@@ -134,8 +175,35 @@ mod tests {
         ]);
         let seqs: Vec<u32> = sorted.iter().map(|c| c.sequence).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
+        assert!(sorted[3].is_writer() && !sorted[0].is_writer());
         assert_eq!(sequence_of("lock-12345678901"), Some(2_345_678_901));
         assert_eq!(sequence_of("short-1"), None);
         assert_eq!(sequence_of("ü-000000001ü"), None);
+    }
+
+    #[test]
+    fn a_downgrade_read_node_stands_right_behind_its_write_node() {
+        let sorted = sort_contenders(vec![
+            "_c_b-__WRIT__0000000001".into(),            // queued writer
+            "_c_a-__READ__0000000000-0000000002".into(), // downgrade of ...0
+            "_c_a-__WRIT__0000000000".into(),            // the writer that downgraded
+            "_c_c-__READ__0000000003".into(),            // a later reader
+            "_c_d-__READ__00000000000000000004".into(),  // downgrade, no dash
+        ]);
+        let names: Vec<&str> = sorted.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "_c_a-__WRIT__0000000000",
+                "_c_a-__READ__0000000000-0000000002",
+                "_c_d-__READ__00000000000000000004",
+                "_c_b-__WRIT__0000000001",
+                "_c_c-__READ__0000000003",
+            ]
+        );
+        assert_eq!(
+            order_of("_c_01000015-6676-0000-0000-000000000011-lock-0000000007"),
+            Some((7, 0))
+        );
     }
 }

@@ -193,7 +193,7 @@ impl InterProcessSemaphoreV2 {
 
     /// The lease nodes, in order.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.inner.leases.participant_nodes()
+        self.inner.leases.participant_nodes(None)
     }
 
     /// The largest number of leases held at once.

@@ -1,0 +1,293 @@
+//! InterProcessReadWriteLock against a real server.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::lock::InterProcessReadWriteLock;
+use zk_recipes::{Client, ConnectionState, Error};
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+fn children(c: &Client, path: &str) -> Vec<String> {
+    let mut v = c.children(path).unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Counts who is inside, and every moment the rules were broken.
+#[derive(Default)]
+struct Checker {
+    state: Mutex<(usize, usize, usize, usize)>, // readers, writers, overlaps, most readers
+}
+
+impl Checker {
+    fn enter(&self, writer: bool) {
+        let mut s = self.state.lock().unwrap();
+        if s.1 > 0 || (writer && s.0 > 0) {
+            s.2 += 1;
+        }
+        if writer {
+            s.1 += 1;
+        } else {
+            s.0 += 1;
+            s.3 = s.3.max(s.0);
+        }
+    }
+    fn leave(&self, writer: bool) {
+        let mut s = self.state.lock().unwrap();
+        if writer {
+            s.1 -= 1;
+        } else {
+            s.0 -= 1;
+        }
+    }
+    fn overlaps(&self) -> usize {
+        self.state.lock().unwrap().2
+    }
+    fn most_readers(&self) -> usize {
+        self.state.lock().unwrap().3
+    }
+}
+
+#[test]
+fn four_readers_hold_at_once() {
+    let path = root("rw-readers");
+    let all_in = Arc::new(Barrier::new(4));
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (path, all_in) = (path.clone(), all_in.clone());
+            thread::spawn(move || {
+                let c = client();
+                let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+                let guard = lock.read_lock().try_acquire_for(SOON).unwrap();
+                assert!(guard.is_some(), "a reader was kept out by other readers");
+                // Every reader holds its read lock here, at the same time.
+                all_in.wait();
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+fn eight_clients_hundred_rounds_ten_percent_writes_never_overlap() {
+    let path = root("rw-mixed");
+    let checker = Arc::new(Checker::default());
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (path, checker) = (path.clone(), checker.clone());
+            thread::spawn(move || {
+                let c = client();
+                let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+                for round in 0..100 {
+                    let writer = (round + w) % 10 == 0;
+                    let side = if writer {
+                        lock.write_lock()
+                    } else {
+                        lock.read_lock()
+                    };
+                    let _g = side.acquire().unwrap();
+                    checker.enter(writer);
+                    thread::sleep(Duration::from_micros(300));
+                    checker.leave(writer);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(checker.overlaps(), 0, "a writer overlapped someone");
+    assert!(checker.most_readers() >= 2, "readers never shared");
+    assert!(children(&client(), &path).is_empty());
+}
+
+#[test]
+fn a_queued_writer_is_not_starved_by_later_readers() {
+    let path = root("rw-starve");
+    let c = client();
+    let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let first_read = lock.read_lock().acquire().unwrap();
+    let (log_tx, log_rx) = mpsc::channel();
+
+    let w = {
+        let (path, log_tx) = (path.clone(), log_tx.clone());
+        thread::spawn(move || {
+            let c = client();
+            let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+            let g = lock.write_lock().acquire().unwrap();
+            log_tx.send("writer in").unwrap();
+            thread::sleep(Duration::from_millis(50));
+            log_tx.send("writer out").unwrap();
+            drop(g);
+        })
+    };
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    let r = {
+        let (path, log_tx) = (path.clone(), log_tx.clone());
+        thread::spawn(move || {
+            let c = client();
+            let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+            let _g = lock.read_lock().acquire().unwrap();
+            log_tx.send("late reader in").unwrap();
+        })
+    };
+    wait_for(SOON, || (children(&c, &path).len() == 3).then_some(())).unwrap();
+    assert!(
+        log_rx.try_recv().is_err(),
+        "someone got in past the first reader"
+    );
+
+    drop(first_read);
+    let log: Vec<&str> = (0..3).map(|_| log_rx.recv_timeout(SOON).unwrap()).collect();
+    assert_eq!(log, ["writer in", "writer out", "late reader in"]);
+    w.join().unwrap();
+    r.join().unwrap();
+}
+
+#[test]
+fn downgrade_keeps_a_queued_writer_out_until_the_read_is_released() {
+    let path = root("rw-downgrade");
+    let c = client();
+    let lock = Arc::new(InterProcessReadWriteLock::new(&c, &path).unwrap());
+    let write = lock.write_lock().acquire().unwrap();
+    // True from the downgrade until the read is released; the queued writer reads it the
+    // moment it gets in, so a writer let in early is caught whatever the timing.
+    let reading = Arc::new(AtomicBool::new(false));
+    let (in_tx, in_rx) = mpsc::channel();
+    let queued = {
+        let (path, reading) = (path.clone(), reading.clone());
+        thread::spawn(move || {
+            let c = client();
+            let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+            let _g = lock.write_lock().acquire().unwrap();
+            in_tx.send(reading.load(Ordering::SeqCst)).unwrap();
+        })
+    };
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+
+    // Another thread of this process gets no bypass while the write lock is held.
+    let other = lock.clone();
+    let bypass = thread::spawn(move || other.read_lock().try_acquire().unwrap().is_some());
+    assert!(
+        !bypass.join().unwrap(),
+        "another thread read while the write lock was held"
+    );
+
+    let read = lock
+        .read_lock()
+        .try_acquire()
+        .unwrap()
+        .expect("downgrade is immediate");
+    reading.store(true, Ordering::SeqCst);
+    drop(write);
+    // Still reading, and the queued writer waits behind our read node.
+    assert!(read.is_held());
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    reading.store(false, Ordering::SeqCst);
+    drop(read);
+    let writer_saw_reading = in_rx
+        .recv_timeout(SOON)
+        .expect("the queued writer never got in");
+    assert!(
+        !writer_saw_reading,
+        "the queued writer got in while the downgraded read was held"
+    );
+    queued.join().unwrap();
+}
+
+#[test]
+fn upgrade_is_refused_at_once_without_creating_a_node() {
+    let path = root("rw-upgrade");
+    let c = client();
+    let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let read = lock.read_lock().acquire().unwrap();
+    let before = children(&c, &path);
+    let err = lock.write_lock().acquire().unwrap_err();
+    assert!(matches!(err, Error::LockUpgrade { .. }), "{err:?}");
+    assert!(err.to_string().contains("release the read lock first"));
+    assert!(matches!(
+        lock.write_lock().try_acquire_for(SOON),
+        Err(Error::LockUpgrade { .. })
+    ));
+    assert_eq!(children(&c, &path), before);
+    drop(read);
+    assert!(
+        lock.write_lock().try_acquire().unwrap().is_some(),
+        "after release, write works"
+    );
+}
+
+#[test]
+fn both_sides_are_reentrant_participants_split_by_kind_and_the_path_ends_clean() {
+    let path = root("rw-reentrant");
+    let c = client();
+    let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    {
+        let w1 = lock.write_lock().acquire().unwrap();
+        let w2 = lock.write_lock().acquire().unwrap();
+        assert_eq!(children(&c, &path).len(), 1);
+        drop(w1);
+        assert_eq!(lock.write_lock().participant_nodes().unwrap().len(), 1);
+        drop(w2);
+    }
+    let r1 = lock.read_lock().acquire().unwrap();
+    let _r2 = lock.read_lock().acquire().unwrap();
+    let other_client = client();
+    let other = InterProcessReadWriteLock::new(&other_client, &path).unwrap();
+    let _r3 = other.read_lock().acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiting_writer = {
+        let path = path.clone();
+        thread::spawn(move || {
+            let c = client();
+            let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+            let g = lock.write_lock().acquire().unwrap();
+            tx.send(()).unwrap();
+            drop(g);
+        })
+    };
+    wait_for(SOON, || (children(&c, &path).len() == 3).then_some(())).unwrap();
+    let reads = lock.read_lock().participant_nodes().unwrap();
+    let writes = lock.write_lock().participant_nodes().unwrap();
+    assert_eq!((reads.len(), writes.len()), (2, 1));
+    assert!(reads.iter().all(|n| n.contains("__READ__")));
+    assert!(writes[0].contains("__WRIT__"));
+    drop(r1);
+    drop(_r2);
+    drop(_r3);
+    rx.recv_timeout(SOON).unwrap();
+    waiting_writer.join().unwrap();
+    other_client.close();
+    c.close();
+    assert!(children(&client(), &path).is_empty());
+}
+
+#[test]
+fn when_the_writers_session_is_lost_a_reader_acquires_and_the_lost_guard_knows() {
+    let f = faulty();
+    let writer_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let writer_lock = InterProcessReadWriteLock::new(&writer_client, "/rw-lost").unwrap();
+    let write = writer_lock.write_lock().acquire().unwrap();
+    let sub = writer_client.subscribe();
+
+    f.proxy.blackhole();
+    let reader_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let reader_lock = InterProcessReadWriteLock::new(&reader_client, "/rw-lost").unwrap();
+    let read = reader_lock.read_lock().try_acquire_for(SOON).unwrap();
+    assert!(read.is_some(), "the lost writer's lock was never freed");
+    while sub.recv_timeout(SOON).expect("no LOST").state != ConnectionState::Lost {}
+    assert!(!write.is_held());
+    assert!(write.check().is_err());
+    f.proxy.heal();
+    assert!(matches!(write.release(), Err(Error::SessionLost { .. })));
+}
