@@ -22,6 +22,7 @@
 pub mod client;
 pub mod connect_string;
 pub mod error;
+pub mod leader;
 pub mod lock;
 pub mod paths;
 pub mod retry;

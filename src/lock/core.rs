@@ -153,6 +153,19 @@ impl LockCore {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<Lease>> {
+        self.acquire_until_cancelled(lock_name, rule, deadline, wait, &never())
+    }
+
+    /// [`acquire`](Self::acquire) that also gives up (with `Ok(None)`) as soon as `cancel`
+    /// fires or closes.
+    pub fn acquire_until_cancelled(
+        &self,
+        lock_name: &str,
+        rule: &dyn Rule,
+        deadline: Option<Instant>,
+        wait: bool,
+        cancel: &Receiver<()>,
+    ) -> Result<Option<Lease>> {
         let started = Instant::now();
         // Subscribed before anything is created, so no state change can slip past the wait.
         let states = self.client.subscribe();
@@ -164,7 +177,7 @@ impl LockCore {
             }
             Err(e) => return Err(e),
         };
-        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token) {
+        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token, cancel) {
             Ok(true) => {
                 self.counters.acquired(started.elapsed());
                 debug!("{} acquired by {}", self.path, node.name);
@@ -385,6 +398,7 @@ impl LockCore {
 
     /// Waits until `rule` lets us go. `Ok(false)` on deadline, or at once if `wait` is false
     /// and we may not go.
+    #[allow(clippy::too_many_arguments)]
     fn wait_for_turn(
         &self,
         node: &OwnNode,
@@ -393,6 +407,7 @@ impl LockCore {
         wait: bool,
         states: &Subscription,
         token: &SessionToken,
+        cancel: &Receiver<()>,
     ) -> Result<bool> {
         // The wake channel exists before any watch is set: a watch that fires at once finds
         // it, so the wake-up cannot be missed (the seed article's race).
@@ -433,7 +448,7 @@ impl LockCore {
             }
             #[cfg(feature = "testing")]
             self.options.hooks.after_watch_set(&watched);
-            match self.wait_event(&wake_rx, states, token, deadline)? {
+            match self.wait_event_or(&wake_rx, states, token, deadline, cancel)? {
                 Woke::Event(e)
                     if e.kind == WatchKind::Deleted
                         && e.path == watched
@@ -461,6 +476,19 @@ impl LockCore {
         token: &SessionToken,
         deadline: Option<Instant>,
     ) -> Result<Woke> {
+        self.wait_event_or(wake, states, token, deadline, &never())
+    }
+
+    /// [`wait_event`](Self::wait_event) that also ends (as `Deadline`) when `cancel` fires or
+    /// closes.
+    pub fn wait_event_or(
+        &self,
+        wake: &Receiver<WatchEvent>,
+        states: &Subscription,
+        token: &SessionToken,
+        deadline: Option<Instant>,
+        cancel: &Receiver<()>,
+    ) -> Result<Woke> {
         let timer = match deadline {
             Some(d) => after(d.saturating_duration_since(Instant::now())),
             None => never(),
@@ -481,6 +509,7 @@ impl LockCore {
                     }
                 },
                 recv(timer) -> _ => return Ok(Woke::Deadline),
+                recv(cancel) -> _ => return Ok(Woke::Deadline),
             }
         }
     }

@@ -10,7 +10,7 @@
 //! Every guard dereferences to a [`Lease`]: `is_held()`, `lost()`, `valid_until()`,
 //! `check()`, `run(work)` and `fencing_token()`.
 
-mod core;
+pub(crate) mod core;
 mod fencing;
 mod lease;
 mod metrics;

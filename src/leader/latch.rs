@@ -1,0 +1,376 @@
+//! `LeaderLatch`: the first contender in line leads until it leaves or loses its session.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use log::{debug, warn};
+use parking_lot::{Condvar, Mutex};
+
+use super::{LeadershipEvent, LeadershipPolicy, Participant};
+use crate::client::token::SessionToken;
+use crate::lock::core::{LockCore, OwnNode};
+use crate::lock::{Lease, LockOptions};
+use crate::{paths, Client, ConnectionState, Error, Result};
+
+const LATCH_NAME: &str = "latch-";
+
+type Listener = Arc<dyn Fn(LeadershipEvent) + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    /// The hold under which we lead, while we do.
+    lease: Option<Arc<Lease>>,
+    node: Option<String>,
+    closed: bool,
+}
+
+struct Inner {
+    core: LockCore,
+    id: String,
+    policy: LeadershipPolicy,
+    state: Mutex<State>,
+    changed: Condvar,
+    listeners: Mutex<Vec<Listener>>,
+}
+
+/// Leader election by latch: every participant keeps a node in line under `path`; the first
+/// one leads, the others each watch only the node before theirs.
+///
+/// Leadership is dropped on LOST, and on SUSPENDED unless the policy is
+/// [`LeadershipPolicy::Session`]. It is claimed only after checking that the first node belongs
+/// to our *live* session (Curator added that check after a double leader, CURATOR-696), and
+/// [`has_leadership`](Self::has_leadership) also requires the session's lease to be certainly
+/// valid, so two latches never both say they lead. After a reconnect the latch checks again;
+/// after a new session it enters the line again.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use zk_recipes::{leader::LeaderLatch, Client};
+///
+/// # fn main() -> zk_recipes::Result<()> {
+/// let client = Client::connect("127.0.0.1:2181")?;
+/// let latch = LeaderLatch::new(&client, "/jobs/nightly/leader", "host-a")?;
+/// latch.add_listener(|e| eprintln!("leadership: {e:?}"));
+/// latch.start()?;
+/// if latch.await_leadership(Duration::from_secs(30))? {
+///     // ... do the leader's work while latch.has_leadership() ...
+/// }
+/// latch.close();
+/// # Ok(()) }
+/// ```
+///
+#[doc = include_str!("../../recipes/leader.md")]
+pub struct LeaderLatch {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for LeaderLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderLatch")
+            .field("path", &self.inner.core.path)
+            .field("id", &self.inner.id)
+            .field("leader", &self.has_leadership())
+            .finish()
+    }
+}
+
+impl LeaderLatch {
+    /// A latch on `path` for participant `id` (stored in its node), with the standard policy.
+    pub fn new(client: &Client, path: &str, id: &str) -> Result<LeaderLatch> {
+        LeaderLatch::with_policy(client, path, id, LeadershipPolicy::Standard)
+    }
+
+    /// A latch with the given policy.
+    pub fn with_policy(
+        client: &Client,
+        path: &str,
+        id: &str,
+        policy: LeadershipPolicy,
+    ) -> Result<LeaderLatch> {
+        let options = LockOptions::new()
+            .holder_id(id)
+            .lost_on_suspend(policy == LeadershipPolicy::Standard);
+        Ok(LeaderLatch {
+            inner: Arc::new(Inner {
+                core: LockCore::new(client, path, options)?,
+                id: id.to_owned(),
+                policy,
+                state: Mutex::new(State::default()),
+                changed: Condvar::new(),
+                listeners: Mutex::new(Vec::new()),
+            }),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// This participant's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Calls `listener` (on the latch's own thread) whenever leadership is gained or lost.
+    pub fn add_listener(&self, listener: impl Fn(LeadershipEvent) + Send + Sync + 'static) {
+        self.inner.listeners.lock().push(Arc::new(listener));
+    }
+
+    /// Joins the line. Returns at once; leadership comes when it comes.
+    ///
+    /// # Errors
+    /// `IllegalState` if already started or closed.
+    pub fn start(&self) -> Result<()> {
+        let mut worker = self.worker.lock();
+        if worker.is_some() || self.inner.state.lock().closed {
+            return Err(Error::IllegalState("the latch was started already".into()));
+        }
+        let (stop_tx, stop_rx) = bounded(0);
+        let inner = self.inner.clone();
+        let handle = thread::Builder::new()
+            .name("zk-leader-latch".into())
+            .spawn(move || inner.run(&stop_rx))
+            .map_err(|e| Error::IllegalState(format!("cannot start the latch thread: {e}")))?;
+        *worker = Some((stop_tx, handle));
+        Ok(())
+    }
+
+    /// True while this participant leads: first in line, under a live session whose lease is
+    /// certainly valid (and, with the standard policy, connected).
+    pub fn has_leadership(&self) -> bool {
+        self.inner.leads()
+    }
+
+    /// Waits at most `timeout` for leadership; `Ok(false)` if it did not come (or the latch
+    /// closed).
+    pub fn await_leadership(&self, timeout: Duration) -> Result<bool> {
+        let until = Instant::now() + timeout;
+        let mut state = self.inner.state.lock();
+        loop {
+            if state.closed {
+                return Ok(false);
+            }
+            if self.inner.leads_with(&state) {
+                return Ok(true);
+            }
+            // Leadership can also lapse without a notification (the lease runs out); look at
+            // least every 50 ms.
+            let slice = (Instant::now() + Duration::from_millis(50)).min(until);
+            if self.inner.changed.wait_until(&mut state, slice).timed_out()
+                && Instant::now() >= until
+            {
+                return Ok(self.inner.leads_with(&state));
+            }
+        }
+    }
+
+    /// The current leader, as the nodes say.
+    pub fn leader(&self) -> Result<Option<Participant>> {
+        Ok(self.participants()?.into_iter().next())
+    }
+
+    /// Everyone in line, leader first.
+    pub fn participants(&self) -> Result<Vec<Participant>> {
+        super::participants(&self.inner.core)
+    }
+
+    /// Leaves the line: stops the latch thread, deletes our node, and tells the listeners if
+    /// leadership ends. Idempotent.
+    pub fn close(&self) {
+        if let Some((stop, handle)) = self.worker.lock().take() {
+            drop(stop);
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        let mut state = self.inner.state.lock();
+        state.closed = true;
+        self.inner.changed.notify_all();
+    }
+}
+
+impl Drop for LeaderLatch {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    fn leads_with(&self, state: &State) -> bool {
+        state
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.is_held() && l.check().is_ok())
+            && (self.policy == LeadershipPolicy::Session || self.core.client.is_connected())
+    }
+
+    fn leads(&self) -> bool {
+        self.leads_with(&self.state.lock())
+    }
+
+    fn notify(&self, event: LeadershipEvent) {
+        debug!("{} at {}: {event:?}", self.id, self.core.path);
+        let listeners: Vec<Listener> = self.listeners.lock().clone();
+        for l in listeners {
+            // A listener that panics must not take the latch thread (and leadership
+            // tracking) down with it.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(event))).is_err() {
+                warn!("a leadership listener of {} panicked", self.id);
+            }
+        }
+    }
+
+    fn set_leading(&self, lease: Option<Arc<Lease>>) {
+        let (was, now) = {
+            let mut state = self.state.lock();
+            let was = state.lease.is_some();
+            state.lease = lease;
+            self.changed.notify_all();
+            (was, state.lease.is_some())
+        };
+        match (was, now) {
+            (false, true) => self.notify(LeadershipEvent::Gained),
+            (true, false) => self.notify(LeadershipEvent::Lost),
+            _ => {}
+        }
+    }
+
+    /// The latch thread: enter the line, then follow it until stopped.
+    fn run(&self, stop: &Receiver<()>) {
+        let states = self.core.client.subscribe();
+        loop {
+            let entered = self.core.enter(LATCH_NAME, None);
+            let (node, token) = match entered {
+                Ok(v) => v,
+                Err(Error::Closed) => break,
+                Err(e) => {
+                    debug!(
+                        "{} could not join the line at {}: {e}",
+                        self.id, self.core.path
+                    );
+                    if wait_a_little(stop, &states) {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            self.state.lock().node = Some(node.path.clone());
+            let stopped = self.follow(&node, &token, stop, &states);
+            self.set_leading(None);
+            self.state.lock().node = None;
+            self.core.leave(&node);
+            if stopped {
+                break;
+            }
+        }
+        self.set_leading(None);
+    }
+
+    /// Follows the line with our node in it. Returns true when stopped, false when the node
+    /// is gone with its session (enter again).
+    fn follow(
+        &self,
+        node: &OwnNode,
+        token: &Arc<SessionToken>,
+        stop: &Receiver<()>,
+        states: &crate::Subscription,
+    ) -> bool {
+        let client = &self.core.client;
+        let (wake_tx, wake_rx) = unbounded();
+        loop {
+            let contenders = match self.core.contenders(None) {
+                Ok(c) => c,
+                Err(_) => {
+                    if wait_a_little(stop, states) {
+                        return true;
+                    }
+                    if client.session_id() != Some(node.session) {
+                        return false;
+                    }
+                    continue;
+                }
+            };
+            let Some(ours) = contenders.iter().position(|c| c.name == node.name) else {
+                return false;
+            };
+            // Watch our own node while we lead (someone may delete it), the node before ours
+            // while we wait.
+            let watched = if ours == 0 {
+                self.claim(node);
+                node.path.clone()
+            } else {
+                self.set_leading(None);
+                paths::join(&self.core.path, &contenders[ours - 1].name)
+            };
+            match client.data_watch(&watched, &wake_tx) {
+                Ok(_) => {}
+                Err(e) if e.is_no_node() => continue,
+                Err(_) => {
+                    if wait_a_little(stop, states) {
+                        return true;
+                    }
+                    continue;
+                }
+            }
+            loop {
+                select! {
+                    recv(stop) -> _ => return true,
+                    recv(wake_rx) -> _ => break,
+                    recv(states.receiver()) -> e => match e.map(|e| e.state) {
+                        Ok(ConnectionState::Suspended) => {
+                            if self.policy == LeadershipPolicy::Standard {
+                                self.set_leading(None);
+                            }
+                        }
+                        // Our watch is gone; check again (and lead again if still first).
+                        Ok(ConnectionState::Reconnected) => break,
+                        Ok(ConnectionState::Lost | ConnectionState::Connected) | Err(_) => {
+                            return false
+                        }
+                    },
+                }
+            }
+            if token.is_lost() && self.policy == LeadershipPolicy::Session {
+                return false;
+            }
+        }
+    }
+
+    /// We are first: lead, but only if the node is owned by our live session.
+    fn claim(&self, node: &OwnNode) -> bool {
+        let client = &self.core.client;
+        let owned = matches!(
+            client.exists(&node.path),
+            Ok(Some(stat)) if stat.ephemeral_owner == node.session.0
+        ) && client.session_id() == Some(node.session);
+        if !owned {
+            warn!(
+                "{} is first at {} but its node is not owned by the live session; not leading",
+                self.id, self.core.path
+            );
+            self.set_leading(None);
+            return false;
+        }
+        if self.state.lock().lease.is_some() {
+            return true;
+        }
+        let lost_on_suspend = self.policy == LeadershipPolicy::Standard;
+        match client.core().session_token(node.session, lost_on_suspend) {
+            Some(token) if !token.is_lost() => {
+                let lease = self.core.lease(node.clone(), token);
+                self.set_leading(Some(Arc::new(lease)));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Waits for a state change or 100 ms; true when stopped.
+fn wait_a_little(stop: &Receiver<()>, states: &crate::Subscription) -> bool {
+    select! {
+        recv(stop) -> _ => true,
+        recv(states.receiver()) -> _ => false,
+        default(Duration::from_millis(100)) => false,
+    }
+}

@@ -1,0 +1,248 @@
+//! Leader election against a real server.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::leader::{
+    LeaderLatch, LeaderSelector, LeadershipEvent, LeadershipPolicy, TermOutcome,
+};
+use zk_recipes::testing::TestingServer;
+use zk_recipes::{Client, SessionId};
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+/// Counts leaders from the listeners' point of view; remembers the most at once.
+#[derive(Default)]
+struct Checker {
+    now_and_most: Mutex<(usize, usize)>,
+}
+
+impl Checker {
+    fn event(&self, e: LeadershipEvent) {
+        let mut s = self.now_and_most.lock().unwrap();
+        match e {
+            LeadershipEvent::Gained => s.0 += 1,
+            LeadershipEvent::Lost => s.0 -= 1,
+        }
+        s.1 = s.1.max(s.0);
+    }
+    fn most(&self) -> usize {
+        self.now_and_most.lock().unwrap().1
+    }
+}
+
+/// Latches started one by one (each in line before the next starts), with a shared checker.
+fn latches_in_order(path: &str, n: usize, checker: &Arc<Checker>) -> Vec<(Client, LeaderLatch)> {
+    let mut out: Vec<(Client, LeaderLatch)> = Vec::new();
+    for i in 0..n {
+        let c = client();
+        let latch = LeaderLatch::new(&c, path, &format!("p{i}")).unwrap();
+        let chk = checker.clone();
+        latch.add_listener(move |e| chk.event(e));
+        latch.start().unwrap();
+        wait_for(SOON, || {
+            (latch.participants().unwrap().len() == i + 1).then_some(())
+        })
+        .expect("participant never joined");
+        out.push((c, latch));
+    }
+    out
+}
+
+#[test]
+fn latches_lead_one_at_a_time_in_start_order_and_a_closing_middle_changes_nothing() {
+    let path = root("latch-order");
+    let checker = Arc::new(Checker::default());
+    let mut latches = latches_in_order(&path, 5, &checker);
+    assert!(latches[0].1.await_leadership(SOON).unwrap());
+    assert_eq!(latches[0].1.leader().unwrap().unwrap().id, "p0");
+    let leading: Vec<bool> = latches.iter().map(|(_, l)| l.has_leadership()).collect();
+    assert_eq!(leading, [true, false, false, false, false]);
+
+    // A middle participant leaves: the leader stays.
+    let (_, middle) = latches.remove(2);
+    middle.close();
+    assert!(latches[0].1.has_leadership());
+    assert_eq!(latches[0].1.participants().unwrap().len(), 4);
+
+    // Each close of the leader hands over to the next in start order.
+    for expected in ["p1", "p3", "p4"] {
+        let (_, leader) = latches.remove(0);
+        leader.close();
+        assert!(!leader.has_leadership());
+        assert!(latches[0].1.await_leadership(SOON).unwrap());
+        assert_eq!(latches[0].1.id(), expected);
+        assert_eq!(latches[0].1.leader().unwrap().unwrap().id, expected);
+    }
+    assert_eq!(checker.most(), 1, "two latches led at once");
+}
+
+#[test]
+fn five_selectors_take_turns_and_never_overlap() {
+    let path = root("selector-turns");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let mut selectors = Vec::new();
+    for i in 0..5 {
+        let c = client();
+        let (inside, most, terms) = (inside.clone(), most.clone(), terms.clone());
+        let id = format!("s{i}");
+        let me = id.clone();
+        let sel = LeaderSelector::new(&c, &path, &id, move |ctx| {
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            assert!(!ctx.is_cancelled());
+            terms
+                .lock()
+                .unwrap()
+                .push((me.clone(), ctx.lease().fencing_token().unwrap()));
+            thread::sleep(Duration::from_millis(5));
+            inside.fetch_sub(1, Ordering::SeqCst);
+        })
+        .unwrap()
+        .auto_requeue();
+        sel.start().unwrap();
+        selectors.push((c, sel));
+    }
+    // Every participant finishes three terms.
+    for (_, sel) in &selectors {
+        for _ in 0..3 {
+            assert_eq!(
+                sel.outcomes().recv_timeout(SOON).unwrap(),
+                TermOutcome::Completed
+            );
+        }
+    }
+    for (_, sel) in &selectors {
+        sel.close();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two leaders ran at once");
+    let terms = terms.lock().unwrap();
+    let tokens: Vec<i64> = terms.iter().map(|t| t.1).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must grow: {tokens:?}"
+    );
+    for i in 0..5 {
+        assert!(
+            terms.iter().any(|t| t.0 == format!("s{i}")),
+            "s{i} never led"
+        );
+    }
+}
+
+#[test]
+fn a_black_holed_leader_loses_leadership_and_never_leads_again_on_that_session() {
+    let f = faulty();
+    let old_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let old_session = old_client.session_id().unwrap();
+    let led_in: Arc<Mutex<Vec<(LeadershipEvent, Option<SessionId>)>>> = Arc::default();
+    let old = LeaderLatch::new(&old_client, "/bh-latch", "old").unwrap();
+    {
+        let (led_in, c) = (led_in.clone(), old_client.clone());
+        old.add_listener(move |e| led_in.lock().unwrap().push((e, c.session_id())));
+    }
+    old.start().unwrap();
+    assert!(old.await_leadership(SOON).unwrap());
+
+    // A selector's work on the same client is told to stop too.
+    let (cancelled_tx, cancelled_rx) = mpsc::channel();
+    let working = LeaderSelector::new(&old_client, "/bh-selector", "old-sel", move |ctx| {
+        while !ctx.is_cancelled() {
+            thread::sleep(Duration::from_millis(5));
+        }
+        cancelled_tx.send(()).unwrap();
+    })
+    .unwrap();
+    working.start().unwrap();
+    wait_for(SOON, || working.has_leadership().then_some(())).unwrap();
+
+    let new_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let new = LeaderLatch::new(&new_client, "/bh-latch", "new").unwrap();
+    new.start().unwrap();
+
+    f.proxy.blackhole();
+    cancelled_rx
+        .recv_timeout(SOON)
+        .expect("the selector's work was never told to stop");
+    assert_eq!(
+        working.outcomes().recv_timeout(SOON).unwrap(),
+        TermOutcome::Cancelled
+    );
+    assert!(new.await_leadership(SOON).unwrap(), "nobody took over");
+    assert!(!old.has_leadership());
+    f.proxy.heal();
+    wait_for(SOON, || {
+        let p = new.participants().unwrap();
+        (p.len() == 2 && p[1].id == "old").then_some(())
+    })
+    .expect("the old participant never came back in line, behind the new leader");
+    assert!(new.has_leadership());
+    let events = led_in.lock().unwrap().clone();
+    assert_eq!(events[0], (LeadershipEvent::Gained, Some(old_session)));
+    assert_eq!(events[1].0, LeadershipEvent::Lost);
+    assert!(
+        events[2..]
+            .iter()
+            .all(|(e, s)| *e == LeadershipEvent::Lost || *s != Some(old_session)),
+        "led again on the lost session: {events:?}"
+    );
+    working.close();
+}
+
+#[test]
+fn a_short_server_restart_keeps_session_leadership_and_standard_leadership_is_won_back() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let events = |latch: &LeaderLatch| {
+        let log: Arc<Mutex<Vec<LeadershipEvent>>> = Arc::default();
+        let l = log.clone();
+        latch.add_listener(move |e| l.lock().unwrap().push(e));
+        log
+    };
+    let session = LeaderLatch::with_policy(&c, "/session", "s", LeadershipPolicy::Session).unwrap();
+    let standard = LeaderLatch::new(&c, "/standard", "t").unwrap();
+    let (session_log, standard_log) = (events(&session), events(&standard));
+    session.start().unwrap();
+    standard.start().unwrap();
+    assert!(session.await_leadership(SOON).unwrap());
+    assert!(standard.await_leadership(SOON).unwrap());
+    let sub = c.subscribe();
+
+    server.restart().unwrap();
+    while sub.recv_timeout(SOON).expect("no reconnect").state
+        != zk_recipes::ConnectionState::Reconnected
+    {}
+
+    assert!(
+        standard.await_leadership(SOON).unwrap(),
+        "standard leadership not won back"
+    );
+    wait_for(SOON, || {
+        (standard_log.lock().unwrap().len() == 3).then_some(())
+    })
+    .expect("the listener was not told of the regained leadership");
+    assert!(session.has_leadership());
+    assert_eq!(
+        *session_log.lock().unwrap(),
+        [LeadershipEvent::Gained],
+        "session policy must ride it out"
+    );
+    assert_eq!(
+        *standard_log.lock().unwrap(),
+        [
+            LeadershipEvent::Gained,
+            LeadershipEvent::Lost,
+            LeadershipEvent::Gained
+        ]
+    );
+}
