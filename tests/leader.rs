@@ -18,6 +18,9 @@ fn client() -> Client {
     connect(&server().connect_string(), Duration::from_secs(10))
 }
 
+/// A leadership event and the session it happened under.
+type EventIn = (LeadershipEvent, Option<SessionId>);
+
 /// Counts leaders from the listeners' point of view; remembers the most at once.
 #[derive(Default)]
 struct Checker {
@@ -144,7 +147,7 @@ fn a_black_holed_leader_loses_leadership_and_never_leads_again_on_that_session()
     let f = faulty();
     let old_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
     let old_session = old_client.session_id().unwrap();
-    let led_in: Arc<Mutex<Vec<(LeadershipEvent, Option<SessionId>)>>> = Arc::default();
+    let led_in: Arc<Mutex<Vec<EventIn>>> = Arc::default();
     let old = LeaderLatch::new(&old_client, "/bh-latch", "old").unwrap();
     {
         let (led_in, c) = (led_in.clone(), old_client.clone());

@@ -92,7 +92,7 @@ struct Inner {
 ///         }
 ///         // ... one step of the job, written with `token` ...
 ///     }
-/// });
+/// })?;
 /// selector.start()?;
 /// let outcome = selector.outcomes().recv().expect("a term ends");
 /// println!("{outcome:?}");
