@@ -30,8 +30,8 @@ pub mod retry;
 pub mod testing;
 
 pub use client::{
-    Client, ClientBuilder, ConnectionState, CreateMode, SessionId, Stat, StateEvent, Subscription,
-    WatchEvent, WatchKind,
+    Client, ClientBuilder, ClientMetrics, ConnectionState, CreateMode, SessionId, Stat, StateEvent,
+    Subscription, WatchEvent, WatchKind,
 };
 pub use error::{Error, Result, ZkCode};
 pub use lock::{

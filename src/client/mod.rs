@@ -30,6 +30,15 @@ use crate::error::{Error, Result};
 use crate::paths;
 use crate::retry::RetryPolicy;
 
+/// Counts a client keeps, read with [`Client::metrics`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientMetrics {
+    /// Requests sent by this client's operations (every attempt, retries included).
+    pub requests: u64,
+    /// Watch notifications delivered to this client's watchers.
+    pub watch_events: u64,
+}
+
 /// Largest node data ZooKeeper accepts with its default `jute.maxbuffer`.
 pub const MAX_DATA_LEN: usize = 1024 * 1024;
 
@@ -338,6 +347,16 @@ impl Client {
         self.core().status.lock().phase == Phase::Connected
     }
 
+    /// What this client has sent and received so far (requests of its operations, watch
+    /// notifications delivered); heartbeats and background clean-up are not counted.
+    pub fn metrics(&self) -> ClientMetrics {
+        let c = &self.core().counters;
+        ClientMetrics {
+            requests: c.requests.load(std::sync::atomic::Ordering::Relaxed),
+            watch_events: c.watch_events.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
     /// Subscribes to connection state changes, from now on.
     pub fn subscribe(&self) -> Subscription {
         self.core().subscribe()
@@ -392,6 +411,7 @@ impl Client {
         let mut retries = 0;
         loop {
             let g = f.clone();
+            core.counters.count_request();
             let outcome = match core.call(self.deadline, move |zk| g(zk)) {
                 Ok((Ok(v), attempt)) => return Ok((v, attempt)),
                 Ok((Err(e), _)) => Error::from_zk(e, path),
@@ -490,6 +510,7 @@ impl Client {
         let full = self.full(path);
         let data = data.to_vec();
         let target = full.clone();
+        core.counters.count_request();
         let gate = core.call_detached(deadline, move |zk| {
             zk.create(
                 &target,
@@ -605,6 +626,7 @@ impl Client {
         let watcher = ChannelWatcher {
             prefix: self.core().config.prefix.clone(),
             tx: tx.clone(),
+            delivered: self.core().counters.watch_events.clone(),
         };
         self.read(path, move |zk, full| f(zk, full, watcher.clone()))
     }
@@ -721,6 +743,7 @@ impl Client {
 struct ChannelWatcher {
     prefix: String,
     tx: Sender<WatchEvent>,
+    delivered: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl zookeeper::Watcher for ChannelWatcher {
@@ -736,6 +759,8 @@ impl zookeeper::Watcher for ChannelWatcher {
             .path
             .map(|p| Client::strip(&self.prefix, &p))
             .unwrap_or_default();
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.tx.send(WatchEvent { kind, path });
     }
 }

@@ -16,7 +16,7 @@ use zookeeper::{ZkResult, ZkState, ZooKeeper};
 use super::executor::{Executor, RunError};
 use super::janitor::{self, Chore, Chores};
 use super::relay::{Relay, RelayEvent};
-use super::state::{ConnectionState, SessionId, StateEvent, Subscription};
+use super::state::{ConnectionState, SessionId, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::Config;
 use crate::error::{Error, Result};
@@ -93,6 +93,19 @@ pub(crate) struct Attempt {
     pub session: SessionId,
 }
 
+/// What the client counts for [`ClientMetrics`](super::ClientMetrics).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub requests: std::sync::atomic::AtomicU64,
+    pub watch_events: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Counters {
+    pub fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// State shared by every `Client` handle and the client's own threads.
 pub(crate) struct Core {
     pub config: Config,
@@ -101,7 +114,7 @@ pub(crate) struct Core {
     zk: RwLock<Option<Arc<ZooKeeper>>>,
     pub status: Mutex<Status>,
     status_changed: Condvar,
-    subscribers: Mutex<Vec<Sender<StateEvent>>>,
+    subscribers: Subscribers,
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -111,6 +124,7 @@ pub(crate) struct Core {
     pub instances: std::sync::atomic::AtomicU64,
     /// Tokens of things held under a session, marked when that session is lost.
     tokens: Mutex<Vec<Weak<SessionToken>>>,
+    pub counters: Counters,
     chores: Chores,
     stop_janitor: Mutex<Option<Sender<()>>>,
 }
@@ -143,7 +157,7 @@ impl Core {
                 silent_since: None,
             }),
             status_changed: Condvar::new(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::default(),
             tx,
             rx,
             threads: Mutex::new(Vec::new()),
@@ -151,6 +165,7 @@ impl Core {
             closed: AtomicBool::new(false),
             instances: std::sync::atomic::AtomicU64::new(0),
             tokens: Mutex::new(Vec::new()),
+            counters: Counters::default(),
             chores,
             stop_janitor: Mutex::new(None),
         });
@@ -198,9 +213,7 @@ impl Core {
     }
 
     pub fn subscribe(&self) -> Subscription {
-        let (tx, rx) = unbounded();
-        self.subscribers.lock().push(tx);
-        Subscription { rx }
+        self.subscribers.subscribe()
     }
 
     fn publish(&self, state: ConnectionState, session_id: SessionId) {
@@ -232,7 +245,7 @@ impl Core {
             }
             None => false,
         });
-        self.subscribers.lock().retain(|s| s.send(event).is_ok());
+        self.subscribers.publish(event);
     }
 
     /// Waits until a request can be sent under a live session, at most until `until`.
@@ -402,7 +415,7 @@ impl Core {
             let _ = h.join();
         }
         self.executor.stop();
-        self.subscribers.lock().clear();
+        self.subscribers.clear();
         debug!("client closed");
     }
 
@@ -422,7 +435,10 @@ impl Core {
         if lost_on_suspend && status.phase == Phase::Suspended {
             token.mark_lost();
         }
-        self.tokens.lock().push(Arc::downgrade(&token));
+        let mut tokens = self.tokens.lock();
+        // Holds end all the time; forget them here, not only when a state is published.
+        tokens.retain(|t| t.strong_count() > 0);
+        tokens.push(Arc::downgrade(&token));
         Some(token)
     }
 

@@ -3,7 +3,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 
 /// A ZooKeeper session id, shown as the server shows it (`0x` and 16 hex digits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,9 +66,62 @@ pub struct StateEvent {
 ///
 /// Events are delivered from the client's own supervisor thread through an unbounded channel,
 /// never on the transport's threads, so a slow subscriber delays nobody.
-#[derive(Debug, Clone)]
 pub struct Subscription {
-    pub(crate) rx: Receiver<StateEvent>,
+    rx: Receiver<StateEvent>,
+    id: u64,
+    list: Weak<Mutex<Vec<(u64, Sender<StateEvent>)>>>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// The client's subscribers. A dropped [`Subscription`] takes itself off the list at once
+/// (locks subscribe on every acquire, so waiting for the next event to prune would grow the
+/// list without bound).
+#[derive(Default)]
+pub(crate) struct Subscribers {
+    list: Arc<Mutex<Vec<(u64, Sender<StateEvent>)>>>,
+    next: AtomicU64,
+}
+
+impl Subscribers {
+    pub fn subscribe(&self) -> Subscription {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.list.lock().push((id, tx));
+        Subscription {
+            rx,
+            id,
+            list: Arc::downgrade(&self.list),
+        }
+    }
+
+    /// Sends `event` to every subscriber, in subscription order.
+    pub fn publish(&self, event: StateEvent) {
+        self.list.lock().retain(|(_, s)| s.send(event).is_ok());
+    }
+
+    pub fn clear(&self) {
+        self.list.lock().clear();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.list.lock().len()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(list) = self.list.upgrade() {
+            list.lock().retain(|(id, _)| *id != self.id);
+        }
+    }
 }
 
 impl Subscription {
@@ -87,6 +144,23 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dropped_subscription_leaves_the_list_at_once() {
+        let subs = Subscribers::default();
+        let a = subs.subscribe();
+        let b = subs.subscribe();
+        assert_eq!(subs.len(), 2);
+        drop(a);
+        assert_eq!(subs.len(), 1);
+        let event = StateEvent {
+            state: ConnectionState::Lost,
+            session_id: SessionId(1),
+            at: Instant::now(),
+        };
+        subs.publish(event);
+        assert_eq!(b.try_recv(), Some(event));
+    }
 
     #[test]
     fn session_ids_print_like_the_server_prints_them() {

@@ -5,6 +5,7 @@
 //! - [`InterProcessSemaphoreV2`] and [`InterProcessSemaphoreMutex`]: N leases, and the
 //!   non-reentrant one-lease mutex built on them.
 //! - [`FencingGate`]: lets a protected resource refuse a holder that lost its lock.
+//! - [`HerdLock`]: the naive lock of the early articles, a baseline for the benches only.
 //! - [`revoke`]: asks a holder of a revocable lock to let go.
 //!
 //! Every guard dereferences to a [`Lease`]: `is_held()`, `lost()`, `valid_until()`,
@@ -12,6 +13,7 @@
 
 pub(crate) mod core;
 mod fencing;
+mod herd;
 mod lease;
 mod metrics;
 mod mutex;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::fencing::{FencingGate, StaleToken};
+pub use self::herd::{HerdGuard, HerdLock};
 pub use self::lease::{Lease, RunError};
 pub use self::metrics::{LockMetrics, Timing};
 pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};

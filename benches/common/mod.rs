@@ -1,0 +1,219 @@
+//! Shared bench code: a server, clients, the contended loop that drives any lock, percentiles,
+//! and JSON-line output.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zk_recipes::lock::{HerdLock, InterProcessMutex, LockOptions};
+use zk_recipes::testing::{ServerOptions, TestingServer};
+use zk_recipes::Client;
+
+/// Command-line flags every bench takes: `--quick` (CI smoke run), `--fsync`.
+pub struct Args {
+    pub quick: bool,
+    pub fsync: bool,
+}
+
+pub fn args() -> Args {
+    let args: Vec<String> = std::env::args().collect();
+    Args {
+        quick: args.iter().any(|a| a == "--quick") || std::env::var_os("ZKR_BENCH_QUICK").is_some(),
+        fsync: args.iter().any(|a| a == "--fsync"),
+    }
+}
+
+pub fn server(args: &Args) -> TestingServer {
+    let _ = env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("error,zookeeper=off"),
+    )
+    .try_init();
+    TestingServer::with_options(ServerOptions {
+        force_sync: args.fsync,
+        ..Default::default()
+    })
+    .expect("start ZooKeeper (apt-get install zookeeper)")
+}
+
+pub fn clients(connect: &str, n: usize) -> Vec<Client> {
+    (0..n)
+        .map(|_| {
+            Client::builder(connect)
+                .session_timeout(Duration::from_secs(30))
+                .connect()
+                .expect("connect")
+        })
+        .collect()
+}
+
+/// The p-th percentile (0..=1) of `samples`, in microseconds.
+pub fn pct(samples: &mut [Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort();
+    let i = ((samples.len() - 1) as f64 * p).round() as usize;
+    samples[i].as_secs_f64() * 1e6
+}
+
+/// Prints one JSON object per line: `fields` are (name, already-JSON value).
+pub fn json(bench: &str, fields: &[(&str, String)]) {
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    println!("{{\"bench\":\"{bench}\",{}}}", body.join(","));
+}
+
+pub fn s(v: &str) -> String {
+    format!("\"{v}\"")
+}
+
+pub fn f(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+/// Which lock the contended loop drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mutex,
+    MutexNoFastHandoff,
+    Herd,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "predecessor",
+            Kind::MutexNoFastHandoff => "predecessor-no-fast-handoff",
+            Kind::Herd => "herd",
+        }
+    }
+}
+
+/// One lock, seen by one client, held around `work` (one bench loop drives every kind).
+enum Lock {
+    Mutex(InterProcessMutex),
+    Herd(HerdLock),
+}
+
+impl Lock {
+    fn new(kind: Kind, client: &Client, path: &str) -> Lock {
+        match kind {
+            Kind::Mutex => Lock::Mutex(InterProcessMutex::new(client, path).expect("lock")),
+            Kind::MutexNoFastHandoff => Lock::Mutex(
+                InterProcessMutex::with_options(
+                    client,
+                    path,
+                    LockOptions::new().fast_handoff(false),
+                )
+                .expect("lock"),
+            ),
+            Kind::Herd => Lock::Herd(HerdLock::new(client, path).expect("lock")),
+        }
+    }
+
+    fn hold(&self, work: impl FnOnce()) {
+        match self {
+            Lock::Mutex(m) => {
+                let g = m.acquire().expect("acquire");
+                work();
+                drop(g);
+            }
+            Lock::Herd(h) => {
+                let g = h.acquire().expect("acquire");
+                work();
+                drop(g);
+            }
+        }
+    }
+}
+
+/// What a contended run measured.
+pub struct Contended {
+    pub acquisitions: u64,
+    pub per_second: f64,
+    pub handoff_p50_us: f64,
+    pub handoff_p99_us: f64,
+    pub notifications_per_release: f64,
+    pub requests_per_acquisition: f64,
+    pub most_inside: usize,
+}
+
+/// `clients.len()` contenders, one per client, take the lock in turn for `run_for`, holding it
+/// `hold` each time. Handoff latency: from the moment a holder calls release to the moment the
+/// next holder's acquire returns, on one clock.
+pub fn contend(
+    kind: Kind,
+    clients: &[Client],
+    path: &str,
+    hold: Duration,
+    run_for: Duration,
+) -> Contended {
+    let n = clients.len();
+    let before: Vec<_> = clients.iter().map(|c| c.metrics()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let start = Arc::new(Barrier::new(n + 1));
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let lock = Lock::new(kind, c, path);
+            let (stop, acquisitions, inside, most, released_at, handoffs, start) = (
+                stop.clone(),
+                acquisitions.clone(),
+                inside.clone(),
+                most.clone(),
+                released_at.clone(),
+                handoffs.clone(),
+                start.clone(),
+            );
+            thread::spawn(move || {
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    lock.hold(|| {
+                        let now = Instant::now();
+                        if let Some(r) = released_at.lock().unwrap().take() {
+                            handoffs.lock().unwrap().push(now - r);
+                        }
+                        let k = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(k, Ordering::SeqCst);
+                        acquisitions.fetch_add(1, Ordering::Relaxed);
+                        if !hold.is_zero() {
+                            thread::sleep(hold);
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        *released_at.lock().unwrap() = Some(Instant::now());
+                    });
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    thread::sleep(run_for);
+    stop.store(true, Ordering::Relaxed);
+    let counted = acquisitions.load(Ordering::Relaxed);
+    let elapsed = began.elapsed();
+    for t in threads {
+        t.join().expect("contender");
+    }
+    let total = acquisitions.load(Ordering::Relaxed).max(1);
+    let after: Vec<_> = clients.iter().map(|c| c.metrics()).collect();
+    let delta = |f: fn(&zk_recipes::ClientMetrics) -> u64| -> u64 {
+        before.iter().zip(&after).map(|(b, a)| f(a) - f(b)).sum()
+    };
+    let mut h = handoffs.lock().unwrap().clone();
+    Contended {
+        acquisitions: counted,
+        per_second: counted as f64 / elapsed.as_secs_f64(),
+        handoff_p50_us: pct(&mut h, 0.5),
+        handoff_p99_us: pct(&mut h, 0.99),
+        notifications_per_release: delta(|m| m.watch_events) as f64 / total as f64,
+        requests_per_acquisition: delta(|m| m.requests) as f64 / total as f64,
+        most_inside: most.load(Ordering::SeqCst),
+    }
+}
