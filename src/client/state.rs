@@ -66,10 +66,13 @@ pub struct StateEvent {
 ///
 /// Events are delivered from the client's own supervisor thread through an unbounded channel,
 /// never on the transport's threads, so a slow subscriber delays nobody.
+/// Subscribers by id.
+type SubscriberList = Mutex<Vec<(u64, Sender<StateEvent>)>>;
+
 pub struct Subscription {
     rx: Receiver<StateEvent>,
     id: u64,
-    list: Weak<Mutex<Vec<(u64, Sender<StateEvent>)>>>,
+    list: Weak<SubscriberList>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -85,7 +88,7 @@ impl std::fmt::Debug for Subscription {
 /// list without bound).
 #[derive(Default)]
 pub(crate) struct Subscribers {
-    list: Arc<Mutex<Vec<(u64, Sender<StateEvent>)>>>,
+    list: Arc<SubscriberList>,
     next: AtomicU64,
 }
 
