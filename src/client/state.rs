@@ -62,13 +62,13 @@ pub struct StateEvent {
     pub at: Instant,
 }
 
+/// Subscribers by id.
+type SubscriberList = Mutex<Vec<(u64, Sender<StateEvent>)>>;
+
 /// A stream of [`StateEvent`]s, in the order they happened. Dropping it unsubscribes.
 ///
 /// Events are delivered from the client's own supervisor thread through an unbounded channel,
 /// never on the transport's threads, so a slow subscriber delays nobody.
-/// Subscribers by id.
-type SubscriberList = Mutex<Vec<(u64, Sender<StateEvent>)>>;
-
 pub struct Subscription {
     rx: Receiver<StateEvent>,
     id: u64,
