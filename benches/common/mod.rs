@@ -92,7 +92,7 @@ impl Kind {
 
 /// One lock, seen by one client, held around `work` (one bench loop drives every kind).
 enum Lock {
-    Mutex(InterProcessMutex),
+    Mutex(Box<InterProcessMutex>),
     Herd(HerdLock),
 }
 
