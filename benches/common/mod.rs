@@ -99,15 +99,17 @@ enum Lock {
 impl Lock {
     fn new(kind: Kind, client: &Client, path: &str) -> Lock {
         match kind {
-            Kind::Mutex => Lock::Mutex(InterProcessMutex::new(client, path).expect("lock")),
-            Kind::MutexNoFastHandoff => Lock::Mutex(
+            Kind::Mutex => Lock::Mutex(Box::new(
+                InterProcessMutex::new(client, path).expect("lock"),
+            )),
+            Kind::MutexNoFastHandoff => Lock::Mutex(Box::new(
                 InterProcessMutex::with_options(
                     client,
                     path,
                     LockOptions::new().fast_handoff(false),
                 )
                 .expect("lock"),
-            ),
+            )),
             Kind::Herd => Lock::Herd(HerdLock::new(client, path).expect("lock")),
         }
     }
