@@ -1,0 +1,381 @@
+//! Interoperability with Apache Curator 5.4: Java and Rust contenders share one lock.
+//!
+//! A Java driver of ours (`tests/java/CuratorLockDriver.java`, compiled with `javac` at test
+//! time against Debian's `libcurator-recipes-java`) holds Curator locks; the Rust side uses this
+//! crate's on the same paths. Both sides stamp acquire/release with the wall clock in
+//! microseconds, so their hold intervals compare on one clock. Without Java or the jars the
+//! tests say so and pass as skipped, except under CI (`CI` set), where they must run.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use rstest::rstest;
+use zk_recipes::lock::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex};
+use zk_recipes::Client;
+
+const JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+
+fn micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The compiled driver's class directory, or why there is none.
+fn driver() -> Option<&'static PathBuf> {
+    static DRIVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = DRIVER.get_or_init(|| {
+        for jar in JARS.split(':') {
+            if !std::path::Path::new(jar).exists() {
+                return Err(format!(
+                    "{jar} missing (apt-get install libcurator-recipes-java)"
+                ));
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("zkr-interop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/java/CuratorLockDriver.java"
+        );
+        let status = Command::new("javac")
+            .args(["-cp", JARS, "-d"])
+            .arg(&dir)
+            .arg(source)
+            .status()
+            .map_err(|e| format!("no javac ({e})"))?;
+        if !status.success() {
+            return Err("javac failed".into());
+        }
+        Ok(dir)
+    });
+    match built {
+        Ok(dir) => Some(dir),
+        Err(why) if std::env::var_os("CI").is_some() => {
+            panic!("interop tests must run in CI: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// One Java process holding a Curator lock.
+struct Java {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    acq: Vec<u64>,
+    rel: Vec<u64>,
+}
+
+impl Java {
+    fn start(
+        dir: &PathBuf,
+        connect: &str,
+        path: &str,
+        kind: &str,
+        rounds: u32,
+        hold_ms: i64,
+    ) -> Java {
+        let cp = format!("{}:{JARS}", dir.display());
+        let mut child = Command::new("java")
+            .args(["-cp", &cp, "CuratorLockDriver", connect, path, kind])
+            .args([rounds.to_string(), hold_ms.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let stdin = child.stdin.take();
+        Java {
+            child,
+            stdin,
+            lines,
+            acq: Vec::new(),
+            rel: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one starts with `what`; records ACQ/REL stamps on the way.
+    fn wait(&mut self, what: &str) {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(SOON)
+                .unwrap_or_else(|_| panic!("Java never said {what}"));
+            if let Some(t) = line.strip_prefix("ACQ ") {
+                self.acq.push(t.parse().unwrap());
+            } else if let Some(t) = line.strip_prefix("REL ") {
+                self.rel.push(t.parse().unwrap());
+            }
+            assert_ne!(line, "TIMEOUT", "the Curator lock timed out");
+            if line.starts_with(what) {
+                return;
+            }
+        }
+    }
+
+    /// Lets a `hold_ms = -1` driver release its current round.
+    fn release(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "go").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn intervals(&self) -> Vec<(u64, u64)> {
+        self.acq
+            .iter()
+            .copied()
+            .zip(self.rel.iter().copied())
+            .collect()
+    }
+}
+
+impl Drop for Java {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+fn nodes(c: &Client, path: &str) -> usize {
+    c.children(path).map_or(0, |v| v.len())
+}
+
+/// Holds one of our locks for `rounds` rounds of `hold`, recording wall-clock intervals.
+fn rust_rounds(
+    kind: &str,
+    path: &str,
+    rounds: u32,
+    hold: Duration,
+    out: Arc<Mutex<Vec<(u64, u64)>>>,
+) -> thread::JoinHandle<()> {
+    let (kind, path) = (kind.to_owned(), path.to_owned());
+    thread::spawn(move || {
+        let c = client();
+        let record = |out: &Arc<Mutex<Vec<(u64, u64)>>>| {
+            let a = micros();
+            thread::sleep(hold);
+            out.lock().unwrap().push((a, micros()));
+        };
+        match kind.as_str() {
+            "mutex" => {
+                let m = InterProcessMutex::new(&c, &path).unwrap();
+                for _ in 0..rounds {
+                    let _g = m.acquire().unwrap();
+                    record(&out);
+                }
+            }
+            "semaphore" => {
+                let m = InterProcessSemaphoreMutex::new(&c, &path).unwrap();
+                for _ in 0..rounds {
+                    let _l = m.acquire().unwrap();
+                    record(&out);
+                }
+            }
+            "write" | "read" => {
+                let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+                let side = if kind == "write" {
+                    rw.write_lock()
+                } else {
+                    rw.read_lock()
+                };
+                for _ in 0..rounds {
+                    let _g = side.acquire().unwrap();
+                    record(&out);
+                }
+            }
+            other => panic!("{other}"),
+        }
+    })
+}
+
+fn assert_no_overlap(mut all: Vec<(u64, u64)>) {
+    all.sort();
+    for w in all.windows(2) {
+        assert!(w[1].0 >= w[0].1, "holds overlap: {:?} and {:?}", w[0], w[1]);
+    }
+}
+
+#[rstest]
+#[case::mutex_rust_first("mutex", true)]
+#[case::mutex_java_first("mutex", false)]
+#[case::semaphore_rust_first("semaphore", true)]
+#[case::semaphore_java_first("semaphore", false)]
+#[case::write_rust_first("write", true)]
+#[case::write_java_first("write", false)]
+fn exclusive_locks_are_shared_by_java_and_rust_without_overlap(
+    #[case] kind: &str,
+    #[case] rust_first: bool,
+) {
+    let Some(dir) = driver() else { return };
+    let path = root(&format!("interop-{kind}"));
+    let observer = client();
+    let queue_dir = if kind == "semaphore" {
+        format!("{path}/locks")
+    } else {
+        path.clone()
+    };
+    let rust = Arc::new(Mutex::new(Vec::new()));
+    let (mut java, rust_thread);
+    if rust_first {
+        rust_thread = rust_rounds(kind, &path, 4, Duration::from_millis(40), rust.clone());
+        wait_for(SOON, || {
+            (!rust.lock().unwrap().is_empty() || nodes(&observer, &queue_dir) > 0).then_some(())
+        })
+        .expect("Rust never took the lock");
+        java = Java::start(dir, &server().connect_string(), &path, kind, 4, 40);
+    } else {
+        java = Java::start(dir, &server().connect_string(), &path, kind, 4, 40);
+        java.wait("ACQ");
+        rust_thread = rust_rounds(kind, &path, 4, Duration::from_millis(40), rust.clone());
+    }
+    java.wait("DONE");
+    rust_thread.join().unwrap();
+    let ours = rust.lock().unwrap().clone();
+    assert_eq!((ours.len(), java.intervals().len()), (4, 4));
+    let mut all = ours;
+    all.extend(java.intervals());
+    assert_no_overlap(all);
+}
+
+#[test]
+fn java_and_rust_readers_share_the_read_lock() {
+    let Some(dir) = driver() else { return };
+    let path = root("interop-readers");
+    let c = client();
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let ours = rw.read_lock().acquire().unwrap();
+    let held_from = micros();
+    let mut java = Java::start(dir, &server().connect_string(), &path, "read", 1, 50);
+    java.wait("DONE");
+    let held_to = micros();
+    drop(ours);
+    let (a, r) = java.intervals()[0];
+    assert!(
+        a >= held_from && r <= held_to,
+        "the Java reader did not read while we read"
+    );
+}
+
+#[test]
+fn a_java_writer_queued_behind_rust_readers_is_not_starved() {
+    let Some(dir) = driver() else { return };
+    let path = root("interop-java-writer");
+    let c = client();
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let first = rw.read_lock().acquire().unwrap();
+    let mut writer = Java::start(dir, &server().connect_string(), &path, "write", 1, 30);
+    writer.wait("QUEUED");
+    wait_for(SOON, || (nodes(&c, &path) == 2).then_some(())).expect("the Java writer never queued");
+    let late = Arc::new(Mutex::new(Vec::new()));
+    let late_reader = rust_rounds("read", &path, 1, Duration::from_millis(10), late.clone());
+    wait_for(SOON, || (nodes(&c, &path) == 3).then_some(())).expect("the late reader never queued");
+    drop(first);
+    writer.wait("DONE");
+    late_reader.join().unwrap();
+    let (_, writer_released) = writer.intervals()[0];
+    let (late_acquired, _) = late.lock().unwrap()[0];
+    assert!(
+        late_acquired >= writer_released,
+        "a later Rust reader overtook the queued Java writer"
+    );
+}
+
+#[test]
+fn a_rust_writer_queued_behind_java_readers_is_not_starved() {
+    let Some(dir) = driver() else { return };
+    let path = root("interop-rust-writer");
+    let c = client();
+    let mut first = Java::start(dir, &server().connect_string(), &path, "read", 1, -1);
+    first.wait("ACQ");
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let writer = rust_rounds(
+        "write",
+        &path,
+        1,
+        Duration::from_millis(30),
+        written.clone(),
+    );
+    wait_for(SOON, || (nodes(&c, &path) == 2).then_some(())).expect("the Rust writer never queued");
+    let mut late = Java::start(dir, &server().connect_string(), &path, "read", 1, 10);
+    late.wait("QUEUED");
+    wait_for(SOON, || (nodes(&c, &path) == 3).then_some(()))
+        .expect("the late Java reader never queued");
+    first.release();
+    late.wait("DONE");
+    writer.join().unwrap();
+    let (_, writer_released) = written.lock().unwrap()[0];
+    let (late_acquired, _) = late.intervals()[0];
+    assert!(
+        late_acquired >= writer_released,
+        "a later Java reader overtook the queued Rust writer"
+    );
+}
+
+#[test]
+fn the_queue_order_across_languages_follows_the_node_sequence() {
+    let Some(dir) = driver() else { return };
+    let path = root("interop-order");
+    let c = client();
+    let holder = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let mut javas = Vec::new();
+    let mut rusts = Vec::new();
+    // Queue Java, Rust, Java, Rust, each only once the previous one stands in line.
+    for i in 0..4 {
+        if i % 2 == 0 {
+            let mut j = Java::start(dir, &server().connect_string(), &path, "mutex", 1, 20);
+            j.wait("QUEUED");
+            javas.push(j);
+        } else {
+            let out = Arc::new(Mutex::new(Vec::new()));
+            rusts.push((
+                rust_rounds("mutex", &path, 1, Duration::from_millis(20), out.clone()),
+                out,
+            ));
+        }
+        wait_for(SOON, || (nodes(&c, &path) == i + 2).then_some(()))
+            .expect("contender never queued");
+    }
+    drop(guard);
+    for j in &mut javas {
+        j.wait("DONE");
+    }
+    let mut starts = Vec::new();
+    for (i, (t, out)) in rusts.into_iter().enumerate() {
+        t.join().unwrap();
+        starts.push((out.lock().unwrap()[0].0, 2 * i + 1));
+    }
+    for (i, j) in javas.iter().enumerate() {
+        starts.push((j.intervals()[0].0, 2 * i));
+    }
+    starts.sort();
+    let order: Vec<usize> = starts.into_iter().map(|s| s.1).collect();
+    assert_eq!(
+        order,
+        [0, 1, 2, 3],
+        "acquisition order did not follow the queue"
+    );
+}
