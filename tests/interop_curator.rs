@@ -80,7 +80,7 @@ struct Java {
 
 impl Java {
     fn start(
-        dir: &PathBuf,
+        dir: &std::path::Path,
         connect: &str,
         path: &str,
         kind: &str,
