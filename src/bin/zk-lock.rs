@@ -1,0 +1,325 @@
+//! `zk-lock`: run a command under a ZooKeeper lock, like flock(1) across machines.
+
+use std::process::{Command, ExitCode};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use crossbeam_channel::{select, unbounded};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use zk_recipes::lock::{order_of, session_of, InterProcessReadWriteLock, LockOptions};
+use zk_recipes::{Client, Error};
+
+/// Exit codes of zk-lock itself (anything else is the command's own status).
+mod code {
+    pub const USAGE: u8 = 64;
+    pub const UNAVAILABLE: u8 = 69;
+    pub const ZOOKEEPER: u8 = 70;
+    pub const BUSY: u8 = 73;
+    pub const TIMED_OUT: u8 = 75;
+    pub const LOST: u8 = 76;
+    pub const NOT_STARTED: u8 = 127;
+}
+
+const AFTER_HELP: &str = "\
+The lock is exclusive by default; --read takes a shared read lock instead (readers share,
+writers exclude everyone). The command runs with ZK_LOCK_PATH, ZK_LOCK_NODE and
+ZK_LOCK_FENCING_TOKEN set. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the lock is lost
+while it runs (session lost, or the lease can no longer be trusted) the command gets SIGTERM,
+then SIGKILL after --kill-after.
+
+Durations: 500ms, 10s, 2m, or a number of seconds.
+
+Exit status:
+  the command's own status (128+N if it died of signal N)
+  64   bad arguments or path
+  69   no ZooKeeper server reachable
+  70   other ZooKeeper error
+  73   lock busy (--no-wait)
+  75   gave up waiting (--wait)
+  76   lock lost while the command ran; the command was terminated
+  127  the command could not be started";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "zk-lock",
+    version,
+    about = "Run a command under a ZooKeeper lock, like flock(1) across machines",
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    list: Option<Sub>,
+    /// ZooKeeper connect string (host:port[,host:port...][/chroot]); default $ZK_CONNECT.
+    #[arg(long, env = "ZK_CONNECT", global = true)]
+    connect: Option<String>,
+    /// Session timeout.
+    #[arg(long, value_parser = duration, default_value = "10s", global = true)]
+    session_timeout: Duration,
+    /// Give up after waiting this long for the lock (default: wait as long as it takes).
+    #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Fail at once if the lock is held.
+    #[arg(long)]
+    no_wait: bool,
+    /// Take a shared read lock instead of the exclusive one.
+    #[arg(long)]
+    read: bool,
+    /// Holder id stored in the lock node (default host:pid:thread).
+    #[arg(long)]
+    id: Option<String>,
+    /// Grace period between SIGTERM and SIGKILL when the lock is lost.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    kill_after: Duration,
+    /// Lock path, e.g. /locks/nightly-report.
+    path: Option<String>,
+    /// The command and its arguments (after --).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Print the holders and waiters of PATH in order, with their ids.
+    List {
+        /// Lock path.
+        path: String,
+    },
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 2m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !(0.0..=86_400.0 * 365.0).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("zk-lock: {msg}");
+    ExitCode::from(code)
+}
+
+fn error_code(e: &Error) -> u8 {
+    match e {
+        Error::InvalidPath { .. } | Error::BadArguments(_) => code::USAGE,
+        Error::Timeout { .. } | Error::ConnectionLoss => code::UNAVAILABLE,
+        _ => code::ZOOKEEPER,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let first = e.to_string();
+            let line = first
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            return fail(code::USAGE, format!("{line} (see zk-lock --help)"));
+        }
+    };
+    let Some(connect) = cli.connect.clone() else {
+        return fail(
+            code::USAGE,
+            "no ZooKeeper given: use --connect HOSTS or set ZK_CONNECT",
+        );
+    };
+    let client = match Client::builder(&connect)
+        .session_timeout(cli.session_timeout)
+        .connection_timeout(Duration::from_secs(10))
+        .connect()
+    {
+        Ok(c) => c,
+        Err(e) => return fail(error_code(&e), e),
+    };
+    let status = match &cli.list {
+        Some(Sub::List { path }) => list(&client, path),
+        None => run(&client, &cli),
+    };
+    client.close();
+    status
+}
+
+fn list(client: &Client, path: &str) -> ExitCode {
+    let mut names = match client.children(path) {
+        Ok(c) => c,
+        Err(e) if e.is_no_node() => Vec::new(),
+        Err(e) => return fail(error_code(&e), e),
+    };
+    names.retain(|n| order_of(n).is_some());
+    names.sort_by_key(|n| order_of(n));
+    let mut writer_seen = false;
+    for (i, name) in names.iter().enumerate() {
+        let kind = if name.contains("__WRIT__") {
+            "write"
+        } else if name.contains("__READ__") {
+            "read"
+        } else {
+            "lock"
+        };
+        // Readers ahead of any writer hold together; otherwise only the first holds.
+        let holds = if kind == "read" { !writer_seen } else { i == 0 };
+        writer_seen |= kind != "read";
+        let id = client
+            .data(&format!("{path}/{name}"))
+            .map(|(d, _)| String::from_utf8_lossy(&d).into_owned())
+            .unwrap_or_default();
+        let session = session_of(name).map_or("-".to_owned(), |s| s.to_string());
+        println!(
+            "{:<8} {:<6} {id:<32} session {session}  {name}",
+            if holds { "holds" } else { "waits" },
+            kind
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn run(client: &Client, cli: &Cli) -> ExitCode {
+    let Some(path) = cli.path.as_deref() else {
+        return fail(code::USAGE, "no lock path given (see zk-lock --help)");
+    };
+    let Some((program, args)) = cli.command.split_first() else {
+        return fail(
+            code::USAGE,
+            "no command given: zk-lock PATH -- COMMAND [ARGS...]",
+        );
+    };
+    let mut options = LockOptions::new();
+    if let Some(id) = &cli.id {
+        options = options.holder_id(id.clone());
+    }
+    let rw = match InterProcessReadWriteLock::with_options(client, path, options) {
+        Ok(l) => l,
+        Err(e) => return fail(error_code(&e), e),
+    };
+    let side = if cli.read {
+        rw.read_lock()
+    } else {
+        rw.write_lock()
+    };
+    // Signals are caught from here on, so a Ctrl-C while waiting still cleans up our node.
+    let Ok(mut signals) = Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return fail(code::ZOOKEEPER, "cannot install signal handlers");
+    };
+    let acquired = if cli.no_wait {
+        side.try_acquire()
+    } else if let Some(d) = cli.wait {
+        side.try_acquire_for(d)
+    } else {
+        side.acquire().map(Some)
+    };
+    let guard = match acquired {
+        Ok(Some(g)) => g,
+        Ok(None) if cli.no_wait => return fail(code::BUSY, format!("{path} is locked")),
+        Ok(None) => return fail(code::TIMED_OUT, format!("gave up waiting for {path}")),
+        Err(e) => return fail(error_code(&e), e),
+    };
+    let token = match guard.fencing_token() {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(
+                code::LOST,
+                format!("lost {path} before the command started: {e}"),
+            )
+        }
+    };
+    let mut child = match Command::new(program)
+        .args(args)
+        .env("ZK_LOCK_PATH", path)
+        .env("ZK_LOCK_NODE", guard.node_path())
+        .env("ZK_LOCK_FENCING_TOKEN", token.to_string())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return fail(code::NOT_STARTED, format!("cannot start {program}: {e}")),
+    };
+    let pid = child.id() as libc::pid_t;
+    let send = |sig: libc::c_int| {
+        // SAFETY: kill(2) with our own child's pid and a valid signal number; it touches no
+        // memory of ours.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    };
+    let (exit_tx, exit_rx) = unbounded();
+    let waiter = thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
+    let (sig_tx, sig_rx) = unbounded();
+    let handle = signals.handle();
+    let forwarder = thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig_tx.send(sig).is_err() {
+                break;
+            }
+        }
+    });
+    let lost = guard.lost();
+    let mut terminating: Option<Instant> = None;
+    let status = loop {
+        select! {
+            recv(exit_rx) -> status => break status.ok().and_then(Result::ok),
+            recv(sig_rx) -> sig => if let Ok(sig) = sig { send(sig) },
+            recv(lost) -> _ => {}
+            default(Duration::from_millis(100)) => {}
+        }
+        let gone = !guard.is_held() || guard.check().is_err();
+        match terminating {
+            None if gone => {
+                eprintln!("zk-lock: lost {path}; terminating the command");
+                send(libc::SIGTERM);
+                terminating = Some(Instant::now());
+            }
+            Some(since) if since.elapsed() >= cli.kill_after => {
+                send(libc::SIGKILL);
+                terminating = Some(Instant::now() + Duration::from_secs(3600));
+            }
+            _ => {}
+        }
+    };
+    handle.close();
+    let _ = forwarder.join();
+    let _ = waiter.join();
+    let released = guard.release();
+    if terminating.is_some() {
+        return fail(
+            code::LOST,
+            format!("the lock on {path} was lost while the command ran"),
+        );
+    }
+    if let Err(e) = released {
+        eprintln!("zk-lock: {e}");
+    }
+    match status {
+        Some(s) => match s.code() {
+            Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                ExitCode::from(128u8.saturating_add(s.signal().unwrap_or(0) as u8))
+            }
+        },
+        None => fail(code::ZOOKEEPER, "lost track of the command"),
+    }
+}

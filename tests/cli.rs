@@ -1,0 +1,186 @@
+//! The `zk-lock` command against a real server.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::lock::InterProcessReadWriteLock;
+use zk_recipes::testing::pid_alive;
+
+fn zk_lock(connect: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zk-lock"));
+    c.env("ZK_CONNECT", connect).env_remove("RUST_LOG");
+    c
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn two_runs_on_one_path_never_overlap() {
+    let path = root("cli-overlap");
+    let stamps = std::env::temp_dir().join(format!("zkr-cli-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&stamps);
+    let script = format!(
+        "echo start $(date +%s%N) >> {f}; sleep 0.3; echo end $(date +%s%N) >> {f}",
+        f = stamps.display()
+    );
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (path, script) = (path.clone(), script.clone());
+            thread::spawn(move || {
+                zk_lock(&server().connect_string())
+                    .args([path.as_str(), "--", "sh", "-c", &script])
+                    .output()
+                    .unwrap()
+            })
+        })
+        .collect();
+    for r in runs {
+        assert_eq!(code(&r.join().unwrap()), 0);
+    }
+    let text = std::fs::read_to_string(&stamps).unwrap();
+    let _ = std::fs::remove_file(&stamps);
+    let kinds: Vec<&str> = text.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["start", "end", "start", "end"],
+        "the two commands overlapped:\n{text}"
+    );
+}
+
+#[test]
+fn the_command_sees_the_lock_and_its_exit_code_passes_through() {
+    let path = root("cli-exit");
+    let out = zk_lock(&server().connect_string())
+        .args([path.as_str(), "--", "sh", "-c"])
+        .arg(r#"test -n "$ZK_LOCK_NODE" && test "$ZK_LOCK_PATH" = "$1" && test "$ZK_LOCK_FENCING_TOKEN" -gt 0 && exit 7"#)
+        .args(["sh", path.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 7, "{}", String::from_utf8_lossy(&out.stderr));
+    let c = connect(&server().connect_string(), Duration::from_secs(10));
+    assert!(
+        c.children(&path).unwrap().is_empty(),
+        "the lock node stayed"
+    );
+}
+
+#[test]
+fn no_wait_fails_at_once_on_a_held_lock_and_errors_are_one_line() {
+    let path = root("cli-busy");
+    let c = connect(&server().connect_string(), Duration::from_secs(10));
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let held = rw.write_lock().acquire().unwrap();
+    let out = zk_lock(&server().connect_string())
+        .args(["--no-wait", path.as_str(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 73);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("is locked"), "{stderr}");
+    let waited = zk_lock(&server().connect_string())
+        .args(["--wait", "300ms", path.as_str(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&waited), 75);
+    drop(held);
+    // A shared read lock is free now, and readers share.
+    let read = zk_lock(&server().connect_string())
+        .args(["--read", "--no-wait", path.as_str(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&read), 0);
+    let bad = zk_lock(&server().connect_string())
+        .args(["relative", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&bad), 64);
+    let nothing = Command::new(env!("CARGO_BIN_EXE_zk-lock"))
+        .env_remove("ZK_CONNECT")
+        .args(["/x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&nothing), 64);
+}
+
+#[test]
+fn list_shows_the_holder_and_the_waiter_in_order() {
+    let path = root("cli-list");
+    let mut holder = zk_lock(&server().connect_string())
+        .args(["--id", "first", path.as_str(), "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let c = connect(&server().connect_string(), Duration::from_secs(10));
+    wait_for(SOON, || {
+        (c.children(&path).unwrap_or_default().len() == 1).then_some(())
+    })
+    .unwrap();
+    let mut waiter = zk_lock(&server().connect_string())
+        .args(["--id", "second", "--read", path.as_str(), "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_for(SOON, || {
+        (c.children(&path).unwrap_or_default().len() == 2).then_some(())
+    })
+    .unwrap();
+    let out = zk_lock(&server().connect_string())
+        .args(["list", path.as_str()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("holds") && lines[0].contains("write") && lines[0].contains("first"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("waits") && lines[1].contains("read") && lines[1].contains("second"),
+        "{text}"
+    );
+    // SIGTERM to zk-lock is forwarded to the command; its death by that signal comes back as
+    // 128 + 15, and the lock goes to the waiter at once.
+    let term = Command::new("kill")
+        .args(["-TERM", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert_eq!(holder.wait().unwrap().code(), Some(143));
+    assert_eq!(waiter.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn the_command_is_killed_when_the_holders_session_is_black_holed_past_expiry() {
+    let f = faulty();
+    let pidfile = std::env::temp_dir().join(format!("zkr-cli-pid-{}", std::process::id()));
+    let child = zk_lock(&f.proxy.connect_string())
+        .args([
+            "--session-timeout",
+            "1500ms",
+            "--kill-after",
+            "1s",
+            "/cli-lost",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid: u32 = wait_for(SOON, || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    })
+    .expect("the command never started");
+    f.proxy.blackhole();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&pidfile);
+    assert_eq!(code(&out), 76, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!pid_alive(pid), "the command outlived the lock");
+}
