@@ -111,6 +111,11 @@ impl fmt::Display for Error {
                     "not authorised for {path}: add credentials with the right ACL"
                 ),
                 ZkCode::SessionExpired => write!(f, "the session expired (at {path})"),
+                ZkCode::AuthFailed => write!(
+                    f,
+                    "the server refused the credentials: check the scheme and credentials given \
+                     to ClientBuilder::authorization"
+                ),
                 code => write!(f, "ZooKeeper error {code:?} at {path}"),
             },
             Error::ConnectionLoss => write!(

@@ -19,6 +19,7 @@
 //! the transport is closed.
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod client;
 pub mod connect_string;
 pub mod error;

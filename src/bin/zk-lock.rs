@@ -52,7 +52,7 @@ Exit status:
 struct Cli {
     #[command(subcommand)]
     list: Option<Sub>,
-    /// ZooKeeper connect string (host:port[,host:port...][/chroot]); default $ZK_CONNECT.
+    /// ZooKeeper connect string (`host:port[,host:port...][/chroot]`); default $ZK_CONNECT.
     #[arg(long, env = "ZK_CONNECT", global = true)]
     connect: Option<String>,
     /// Session timeout.

@@ -106,6 +106,10 @@ pub struct WatchEvent {
 
 pub(crate) struct Config {
     pub connect: ConnectString,
+    /// `addAuth` credentials for every connection.
+    pub auth: Vec<(String, Vec<u8>)>,
+    /// ACL of the nodes this client creates, unless a recipe gives its own.
+    pub acl: Vec<Acl>,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub retry: RetryPolicy,
@@ -117,6 +121,8 @@ pub(crate) struct Config {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     connect_string: String,
+    auth: Vec<(String, Vec<u8>)>,
+    acl: Vec<Acl>,
     session_timeout: Duration,
     connection_timeout: Duration,
     retry: RetryPolicy,
@@ -142,6 +148,24 @@ impl ClientBuilder {
     /// Retry policy for operations that are safe to retry. Default: [`RetryPolicy::default`].
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
+        self
+    }
+
+    /// Authenticates every connection of every session with `scheme` and `credentials` (for
+    /// example `"digest"` and `b"user:password"`), also the sessions built after LOST. A scheme
+    /// the server refuses makes `connect` and every call fail at once with `AuthFailed`. (With
+    /// `digest` any password authenticates; a wrong one simply matches no ACL, so protected
+    /// nodes answer `NoAuth`.)
+    pub fn authorization(mut self, scheme: &str, credentials: impl Into<Vec<u8>>) -> Self {
+        self.auth.push((scheme.to_owned(), credentials.into()));
+        self
+    }
+
+    /// The ACL of every node this client creates (default: open to everyone, as ZooKeeper's
+    /// own default). See [`acl::creator_all_others_read`](crate::acl::creator_all_others_read).
+    /// Recipes may set their own with `LockOptions::acl`.
+    pub fn default_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
         self
     }
 
@@ -177,8 +201,22 @@ impl ClientBuilder {
                 prefix.push_str(&ns_path);
             }
         }
+        if self.acl.is_empty() {
+            return Err(Error::BadArguments(
+                "an ACL needs at least one entry".into(),
+            ));
+        }
+        for (scheme, _) in &self.auth {
+            if scheme.is_empty() || scheme.contains(char::is_whitespace) {
+                return Err(Error::BadArguments(format!(
+                    "{scheme:?} is not an auth scheme"
+                )));
+            }
+        }
         Ok(Config {
             connect,
+            auth: self.auth.clone(),
+            acl: self.acl.clone(),
             session_timeout: self.session_timeout,
             connection_timeout: self.connection_timeout,
             retry: self.retry.clone(),
@@ -216,7 +254,8 @@ impl ClientBuilder {
         }
         let prefix = client.core().config.prefix.clone();
         if !prefix.is_empty() {
-            client.ensure_full_path(&prefix)?;
+            let acl = client.core().config.acl.clone();
+            client.ensure_full_path(&prefix, &acl)?;
         }
         Ok(client)
     }
@@ -281,6 +320,8 @@ impl Client {
     pub fn builder(connect_string: &str) -> ClientBuilder {
         ClientBuilder {
             connect_string: connect_string.to_owned(),
+            auth: Vec::new(),
+            acl: Acl::open_unsafe().clone(),
             session_timeout: Duration::from_secs(30),
             connection_timeout: Duration::from_secs(15),
             retry: RetryPolicy::default(),
@@ -453,7 +494,9 @@ impl Client {
     /// it was sent on reports `ConnectionLoss` even though it succeeded, because it may have
     /// run under another session: find such a node by a name of your own (as the locks do).
     pub fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String> {
-        self.create_in_session(path, data, mode).map(|(p, _)| p)
+        let acl = self.core().config.acl.clone();
+        self.create_in_session(path, data, mode, &acl)
+            .map(|(p, _)| p)
     }
 
     /// [`create`](Self::create), also returning the session the node was created under.
@@ -462,7 +505,9 @@ impl Client {
         path: &str,
         data: &[u8],
         mode: CreateMode,
+        acl: &[Acl],
     ) -> Result<(String, SessionId)> {
+        let acl = acl.to_vec();
         paths::validate(path, mode.is_sequential())?;
         check_data(data)?;
         let full = self.full(path);
@@ -473,12 +518,7 @@ impl Client {
             Retry::OnConnectionLoss
         };
         let (created, attempt) = self.run(path, retry, move |zk| {
-            zk.create(
-                &full,
-                data.clone(),
-                Acl::open_unsafe().clone(),
-                mode.to_zk(),
-            )
+            zk.create(&full, data.clone(), acl.clone(), mode.to_zk())
         })?;
         if mode.is_ephemeral() && !attempt.same_connection {
             return Err(Error::ConnectionLoss);
@@ -500,10 +540,12 @@ impl Client {
         data: &[u8],
         deadline: Option<Instant>,
         marker: &str,
+        acl: &[Acl],
     ) -> Result<(String, SessionId)> {
         let Some(deadline) = deadline else {
-            return self.create_in_session(path, data, CreateMode::EphemeralSequential);
+            return self.create_in_session(path, data, CreateMode::EphemeralSequential, acl);
         };
+        let acl = acl.to_vec();
         paths::validate(path, true)?;
         check_data(data)?;
         let core = self.core();
@@ -515,7 +557,7 @@ impl Client {
             zk.create(
                 &target,
                 data,
-                Acl::open_unsafe().clone(),
+                acl,
                 zookeeper::CreateMode::EphemeralSequential,
             )
         });
@@ -568,15 +610,21 @@ impl Client {
 
     /// Creates `path` and its missing ancestors as empty persistent nodes, like `mkdir -p`.
     pub fn ensure_path(&self, path: &str) -> Result<()> {
+        let acl = self.core().config.acl.clone();
+        self.ensure_path_with_acl(path, &acl)
+    }
+
+    /// [`ensure_path`](Self::ensure_path) creating missing nodes with `acl`.
+    pub(crate) fn ensure_path_with_acl(&self, path: &str, acl: &[Acl]) -> Result<()> {
         paths::validate(path, false)?;
         if self.exists(path)?.is_some() {
             return Ok(());
         }
-        self.ensure_full_path(&self.full(path))
+        self.ensure_full_path(&self.full(path), acl)
     }
 
     /// `ensure_path` on a path already including the prefix.
-    fn ensure_full_path(&self, full: &str) -> Result<()> {
+    fn ensure_full_path(&self, full: &str, acl: &[Acl]) -> Result<()> {
         let mut at = 0;
         while let Some(i) = full[at + 1..]
             .find('/')
@@ -585,11 +633,12 @@ impl Client {
         {
             let prefix = full[..i].to_owned();
             let shown = prefix.clone();
+            let acl = acl.to_vec();
             match self.run(&shown, Retry::OnConnectionLoss, move |zk| {
                 zk.create(
                     &prefix,
                     Vec::new(),
-                    Acl::open_unsafe().clone(),
+                    acl.clone(),
                     zookeeper::CreateMode::Persistent,
                 )
             }) {

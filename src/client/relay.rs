@@ -59,6 +59,8 @@ pub(crate) enum RelayEvent {
     Unreachable { epoch: u64, error: String },
     /// Connection `epoch` ended.
     Closed { epoch: u64 },
+    /// The server refused our credentials (`code` is its error code) on connection `epoch`.
+    AuthFailed { epoch: u64, code: i32 },
 }
 
 type Notify = Arc<dyn Fn(RelayEvent) + Send + Sync>;
@@ -71,6 +73,10 @@ struct Policy {
 
 struct Shared {
     hosts: Vec<HostPort>,
+    /// `addAuth` credentials sent on every connection, right behind the handshake: the server
+    /// ties authentication to the connection, and the crate never sends it again after a
+    /// reconnect.
+    auth: Vec<(String, Vec<u8>)>,
     next_host: AtomicUsize,
     connect_timeout: Duration,
     requested_timeout_ms: i32,
@@ -97,6 +103,7 @@ impl Relay {
     /// Starts the relay on a free loopback port.
     pub fn start(
         hosts: Vec<HostPort>,
+        auth: Vec<(String, Vec<u8>)>,
         connect_timeout: Duration,
         session_timeout: Duration,
         notify: Notify,
@@ -105,6 +112,7 @@ impl Relay {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             hosts,
+            auth,
             next_host: AtomicUsize::new(0),
             connect_timeout,
             requested_timeout_ms: session_timeout.as_millis().min(i32::MAX as u128) as i32,
@@ -315,7 +323,14 @@ fn serve(shared: Arc<Shared>, mut down: TcpStream, epoch: u64) {
     );
     let sent_at = Instant::now();
     let _ = down.set_read_timeout(None);
-    if wire::write_frame(&mut up, &request.encode()).is_ok() {
+    // The handshake and the credentials go out in one write, ahead of anything the crate sends,
+    // so the server has authenticated the connection before it sees a request.
+    let mut opening = Vec::new();
+    let _ = wire::write_frame(&mut opening, &request.encode());
+    for (scheme, credentials) in &shared.auth {
+        let _ = wire::write_frame(&mut opening, &wire::auth_request(scheme, credentials));
+    }
+    if up.write_all(&opening).is_ok() {
         debug!("relay connection {epoch}: handshake asks for session {asked:#x}");
         thread::scope(|scope| {
             scope.spawn(|| from_server(&shared, up2, down2, epoch, asked, sent_at));
@@ -357,6 +372,28 @@ fn from_server(
         let _ = up.shutdown(Shutdown::Both);
         return;
     };
+    // The answers to our auth packets come next (the crate never asked, so they stop here),
+    // and they are read before anyone hears of the session: a refused credential never looks
+    // like a connection.
+    if resp.timeout_ms > 0 {
+        for _ in &shared.auth {
+            let reply = wire::read_frame(&mut up);
+            let refused = match reply.as_deref().ok().and_then(wire::reply_header) {
+                Some((wire::AUTH_XID, 0)) => None,
+                Some((wire::AUTH_XID, code)) => Some(code),
+                _ => Some(0),
+            };
+            if let Some(code) = refused {
+                warn!("relay connection {epoch}: the server refused our credentials ({code})");
+                if code != 0 {
+                    (shared.notify)(RelayEvent::AuthFailed { epoch, code });
+                }
+                let _ = down.shutdown(Shutdown::Both);
+                let _ = up.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
     if resp.timeout_ms <= 0 {
         {
             let mut p = shared.policy.lock();

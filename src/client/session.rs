@@ -25,6 +25,13 @@ use crate::error::{Error, Result};
 /// connection at least every 2 s, has lost its io thread (it panics on some inputs).
 const DEAD_INSTANCE: Duration = Duration::from_secs(5);
 
+fn auth_failed() -> Error {
+    Error::ZooKeeper {
+        code: zookeeper::ZkError::AuthFailed,
+        path: String::new(),
+    }
+}
+
 /// Longest wait for the server to confirm a close-session on shutdown.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
 
@@ -75,6 +82,9 @@ pub(crate) struct Status {
     /// Since when no connection has carried a live session (set on SUSPENDED, kept through
     /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session timeout.
     pub silent_since: Option<Instant>,
+    /// The server refused our credentials: every call fails at once instead of waiting for a
+    /// connection that will never be allowed.
+    pub auth_failed: bool,
 }
 
 impl Status {
@@ -137,6 +147,7 @@ impl Core {
         let relay_tx = tx.clone();
         let relay = Relay::start(
             config.connect.hosts.clone(),
+            config.auth.clone(),
             config.connection_timeout,
             config.session_timeout,
             Arc::new(move |e| {
@@ -155,6 +166,7 @@ impl Core {
                 epoch: 0,
                 last_ok_sent: None,
                 silent_since: None,
+                auth_failed: false,
             }),
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
@@ -256,6 +268,9 @@ impl Core {
             .give_up_at(self.config.session_timeout)
             .map_or(until, |g| g.min(until));
         loop {
+            if status.auth_failed {
+                return Err(auth_failed());
+            }
             match status.phase {
                 Phase::Closed => return Err(Error::Closed),
                 Phase::Connected => {
@@ -334,6 +349,9 @@ impl Core {
     pub fn wait_connected(&self, until: Instant) -> Result<SessionId> {
         let mut status = self.status.lock();
         loop {
+            if status.auth_failed {
+                return Err(auth_failed());
+            }
             match (&status.phase, &status.session) {
                 (Phase::Closed, _) => return Err(Error::Closed),
                 (Phase::Connected, Some(s)) => return Ok(s.id),
@@ -620,6 +638,12 @@ impl Supervisor {
                 if known == Some(SessionId(id)) {
                     self.lose(SessionId(id), "the server reported it expired", false);
                 }
+            }
+            RelayEvent::AuthFailed { epoch, code } => {
+                warn!("connection {epoch}: the server refused the credentials (error {code})");
+                let mut status = self.core.status.lock();
+                status.auth_failed = true;
+                self.core.status_changed.notify_all();
             }
             RelayEvent::Unreachable { epoch, error } => {
                 debug!("connection {epoch}: no ZooKeeper server reachable: {error}")

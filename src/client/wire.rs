@@ -134,6 +134,30 @@ impl ConnectResponse {
 }
 
 const OP_CLOSE_SESSION: i32 = -11;
+const OP_AUTH: i32 = 100;
+/// The xid the protocol reserves for authentication packets and their replies.
+pub(crate) const AUTH_XID: i32 = -4;
+
+/// An `addAuth` request frame body: header (xid -4, op auth) and `AuthPacket`.
+pub(crate) fn auth_request(scheme: &str, credentials: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(20 + scheme.len() + credentials.len());
+    b.extend_from_slice(&AUTH_XID.to_be_bytes());
+    b.extend_from_slice(&OP_AUTH.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&(scheme.len() as i32).to_be_bytes());
+    b.extend_from_slice(scheme.as_bytes());
+    b.extend_from_slice(&(credentials.len() as i32).to_be_bytes());
+    b.extend_from_slice(credentials);
+    b
+}
+
+/// The `(xid, error code)` of a reply frame body.
+pub(crate) fn reply_header(body: &[u8]) -> Option<(i32, i32)> {
+    let mut r = Reader(body);
+    let xid = r.i32()?;
+    let _zxid = r.i64()?;
+    Some((xid, r.i32()?))
+}
 
 /// Attaches to session `session_id` over a fresh connection and closes it, so that its
 /// ephemeral nodes go now rather than when the server would expire it. Returns `Ok(false)` if

@@ -277,6 +277,7 @@ impl LockCore {
                 self.options.holder_id_text().as_bytes(),
                 deadline,
                 marker.as_str(),
+                &self.options.acl_for(&self.client),
             );
             match created {
                 Ok((path, s)) if s == session => {
@@ -309,7 +310,8 @@ impl LockCore {
                 }
                 Err(e) if e.is_no_node() => {
                     // First use of this path: make it (and its parents), then try again.
-                    self.client_until(deadline).ensure_path(&self.path)?;
+                    self.client_until(deadline)
+                        .ensure_path_with_acl(&self.path, &self.options.acl_for(&self.client))?;
                     continue;
                 }
                 Err(e) => return Err(e),

@@ -40,6 +40,7 @@ pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, S
 #[derive(Clone)]
 pub struct LockOptions {
     holder_id: Option<String>,
+    acl: Option<Vec<zookeeper::Acl>>,
     lost_on_suspend: bool,
     fast_handoff: bool,
     lease_margin: Option<Duration>,
@@ -51,6 +52,7 @@ impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
             holder_id: None,
+            acl: None,
             lost_on_suspend: false,
             fast_handoff: true,
             lease_margin: None,
@@ -104,6 +106,19 @@ impl LockOptions {
     pub fn lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
         self
+    }
+
+    /// The ACL of this lock's nodes and of the lock path when the lock creates it (default: the
+    /// client's, see `ClientBuilder::default_acl`).
+    pub fn acl(mut self, acl: Vec<zookeeper::Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    pub(crate) fn acl_for(&self, client: &crate::Client) -> Vec<zookeeper::Acl> {
+        self.acl
+            .clone()
+            .unwrap_or_else(|| client.core().config.acl.clone())
     }
 
     pub(crate) fn holder_id_text(&self) -> String {

@@ -1,0 +1,134 @@
+//! Access control: digest auth on every connection, and ACLs that keep others off a lock path.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::acl::creator_all_others_read;
+use zk_recipes::lock::{revoke, InterProcessMutex};
+use zk_recipes::{Client, ConnectionState, Error, ZkCode};
+
+fn client_as(connect: &str, credentials: Option<&str>, session: Duration) -> Client {
+    let mut b = Client::builder(connect).session_timeout(session);
+    if let Some(c) = credentials {
+        b = b
+            .authorization("digest", c.as_bytes().to_vec())
+            .default_acl(creator_all_others_read());
+    }
+    b.connect().expect("connect")
+}
+
+fn no_auth(r: zk_recipes::Result<impl std::fmt::Debug>) {
+    match r {
+        Err(Error::ZooKeeper {
+            code: ZkCode::NoAuth,
+            ..
+        }) => {}
+        other => panic!("expected NoAuth, got {other:?}"),
+    }
+}
+
+#[test]
+fn without_the_credentials_a_client_cannot_delete_revoke_or_queue() {
+    let path = root("secure-lock");
+    let owner = client_as(
+        &server().connect_string(),
+        Some("alice:secret"),
+        Duration::from_secs(10),
+    );
+    let mutex = InterProcessMutex::new(&owner, &path).unwrap();
+    let guard = mutex.acquire().unwrap();
+
+    let intruder = client_as(&server().connect_string(), None, Duration::from_secs(10));
+    no_auth(intruder.delete(guard.node_path()));
+    no_auth(revoke(&intruder, guard.node_path()));
+    no_auth(
+        InterProcessMutex::new(&intruder, &path)
+            .unwrap()
+            .try_acquire(),
+    );
+    // A wrong password is just another identity: no rights either.
+    let wrong = client_as(
+        &server().connect_string(),
+        Some("alice:wrong"),
+        Duration::from_secs(10),
+    );
+    no_auth(wrong.delete(guard.node_path()));
+    no_auth(InterProcessMutex::new(&wrong, &path).unwrap().try_acquire());
+    // Looking is allowed.
+    assert_eq!(intruder.children(&path).unwrap().len(), 1);
+    assert!(guard.is_held());
+
+    // Another process with the credentials locks normally.
+    let colleague = client_as(
+        &server().connect_string(),
+        Some("alice:secret"),
+        Duration::from_secs(10),
+    );
+    let theirs = InterProcessMutex::new(&colleague, &path).unwrap();
+    assert!(
+        theirs.try_acquire().unwrap().is_none(),
+        "busy while the owner holds it"
+    );
+    drop(guard);
+    assert!(theirs.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn credentials_survive_reconnects_and_new_sessions_after_lost() {
+    let f = faulty();
+    let connect = f.proxy.connect_string();
+    let alice = client_as(&connect, Some("alice:secret"), Duration::from_millis(1500));
+    let mutex = InterProcessMutex::new(&alice, "/secure").unwrap();
+    drop(mutex.acquire().unwrap());
+    let sub = alice.subscribe();
+
+    // A reconnect: the server forgets a connection's authentication; the client sends it again.
+    f.proxy.cut();
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Suspended
+    );
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Reconnected
+    );
+    drop(mutex.acquire().unwrap());
+
+    // A new session after LOST authenticates too.
+    f.proxy.blackhole();
+    while sub.recv_timeout(SOON).expect("no LOST").state != ConnectionState::Lost {}
+    f.proxy.heal();
+    assert_eq!(
+        sub.recv_timeout(SOON).unwrap().state,
+        ConnectionState::Connected
+    );
+    drop(mutex.acquire().unwrap());
+}
+
+#[test]
+fn a_scheme_the_server_refuses_fails_at_once_with_a_typed_error() {
+    let err = Client::builder(&server().connect_string())
+        .authorization("no-such-scheme", b"x".to_vec())
+        .connection_timeout(Duration::from_secs(20))
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ZooKeeper {
+                code: ZkCode::AuthFailed,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("refused the credentials"), "{err}");
+    assert!(matches!(
+        Client::builder("127.0.0.1:1")
+            .authorization("", b"x".to_vec())
+            .connect(),
+        Err(Error::BadArguments(_))
+    ));
+}
