@@ -24,7 +24,7 @@ fn children(c: &Client, path: &str) -> Vec<String> {
 /// Counts who is inside, and every moment the rules were broken.
 #[derive(Default)]
 struct Checker {
-    state: Mutex<(usize, usize, usize, usize)>, // readers, writers, overlaps, most readers
+    state: Mutex<(usize, usize, usize)>, // readers, writers, overlaps
 }
 
 impl Checker {
@@ -37,7 +37,6 @@ impl Checker {
             s.1 += 1;
         } else {
             s.0 += 1;
-            s.3 = s.3.max(s.0);
         }
     }
     fn leave(&self, writer: bool) {
@@ -50,9 +49,6 @@ impl Checker {
     }
     fn overlaps(&self) -> usize {
         self.state.lock().unwrap().2
-    }
-    fn most_readers(&self) -> usize {
-        self.state.lock().unwrap().3
     }
 }
 
@@ -106,8 +102,8 @@ fn eight_clients_hundred_rounds_ten_percent_writes_never_overlap() {
     for w in workers {
         w.join().unwrap();
     }
+    // That readers share is shown, without depending on timing, by four_readers_hold_at_once.
     assert_eq!(checker.overlaps(), 0, "a writer overlapped someone");
-    assert!(checker.most_readers() >= 2, "readers never shared");
     assert!(children(&client(), &path).is_empty());
 }
 
