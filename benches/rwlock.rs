@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use zk_recipes::lock::{InterProcessReadWriteLock, InterProcessSemaphoreV2};
@@ -50,58 +50,33 @@ fn main() {
 
 /// Returns (acquisitions per second, most readers at once, writes).
 fn rw_loop(clients: &[Client], hold: Duration, run_for: Duration) -> (f64, usize, u64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
     let writes = Arc::new(AtomicU64::new(0));
     let readers = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
-    let start = Arc::new(Barrier::new(clients.len() + 1));
-    let threads: Vec<_> = clients
+    let workers: Vec<_> = clients
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let lock = InterProcessReadWriteLock::new(c, "/bench/rwlock").expect("lock");
-            let (stop, count, writes, readers, most, start) = (
-                stop.clone(),
-                count.clone(),
-                writes.clone(),
-                readers.clone(),
-                most.clone(),
-                start.clone(),
-            );
-            thread::spawn(move || {
-                start.wait();
-                let mut round = i;
-                while !stop.load(Ordering::Relaxed) {
-                    round += 1;
-                    if round % 10 == 0 {
-                        let _g = lock.write_lock().acquire().expect("write");
-                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer met a reader");
-                        writes.fetch_add(1, Ordering::Relaxed);
-                        thread::sleep(hold);
-                    } else {
-                        let _g = lock.read_lock().acquire().expect("read");
-                        let k = readers.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(k, Ordering::SeqCst);
-                        thread::sleep(hold);
-                        readers.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+            (lock, AtomicUsize::new(i))
         })
         .collect();
-    start.wait();
-    let began = Instant::now();
-    thread::sleep(run_for);
-    stop.store(true, Ordering::Relaxed);
-    let n = count.load(Ordering::Relaxed);
-    let secs = began.elapsed().as_secs_f64();
-    for t in threads {
-        t.join().expect("contender");
-    }
+    let (w, r, m) = (writes.clone(), readers.clone(), most.clone());
+    let rate = timed(workers, run_for, move |(lock, round)| {
+        if round.fetch_add(1, Ordering::Relaxed) % 10 == 0 {
+            let _g = lock.write_lock().acquire().expect("write");
+            assert_eq!(r.load(Ordering::SeqCst), 0, "a writer met a reader");
+            w.fetch_add(1, Ordering::Relaxed);
+            thread::sleep(hold);
+        } else {
+            let _g = lock.read_lock().acquire().expect("read");
+            m.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            thread::sleep(hold);
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
+    });
     (
-        n as f64 / secs,
+        rate,
         most.load(Ordering::SeqCst),
         writes.load(Ordering::Relaxed),
     )
@@ -114,46 +89,20 @@ fn semaphore_loop(
     hold: Duration,
     run_for: Duration,
 ) -> (f64, usize) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
-    let start = Arc::new(Barrier::new(clients.len() + 1));
-    let threads: Vec<_> = clients
+    let workers: Vec<_> = clients
         .iter()
-        .map(|c| {
-            let sem =
-                InterProcessSemaphoreV2::new(c, "/bench/semaphore", leases).expect("semaphore");
-            let (stop, count, inside, most, start) = (
-                stop.clone(),
-                count.clone(),
-                inside.clone(),
-                most.clone(),
-                start.clone(),
-            );
-            thread::spawn(move || {
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    let _lease = sem.acquire().expect("lease");
-                    let k = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(k, Ordering::SeqCst);
-                    thread::sleep(hold);
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
+        .map(|c| InterProcessSemaphoreV2::new(c, "/bench/semaphore", leases).expect("semaphore"))
         .collect();
-    start.wait();
-    let began = Instant::now();
-    thread::sleep(run_for);
-    stop.store(true, Ordering::Relaxed);
-    let n = count.load(Ordering::Relaxed);
-    let secs = began.elapsed().as_secs_f64();
-    for t in threads {
-        t.join().expect("contender");
-    }
+    let (i, m) = (inside.clone(), most.clone());
+    let rate = timed(workers, run_for, move |sem| {
+        let _lease = sem.acquire().expect("lease");
+        m.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        thread::sleep(hold);
+        i.fetch_sub(1, Ordering::SeqCst);
+    });
     let most = most.load(Ordering::SeqCst);
     assert!(most <= leases, "{most} holders of {leases} leases");
-    (n as f64 / secs, most)
+    (rate, most)
 }

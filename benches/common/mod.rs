@@ -72,6 +72,47 @@ pub fn f(v: f64) -> String {
     format!("{v:.2}")
 }
 
+/// Runs `one_round` over and over on one thread per worker state for `run_for`, all starting
+/// together; returns the rounds completed per second.
+pub fn timed<T: Send + 'static>(
+    workers: Vec<T>,
+    run_for: Duration,
+    one_round: impl Fn(&T) + Send + Sync + 'static,
+) -> f64 {
+    let one_round = Arc::new(one_round);
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(workers.len() + 1));
+    let threads: Vec<_> = workers
+        .into_iter()
+        .map(|w| {
+            let (one_round, stop, count, start) = (
+                one_round.clone(),
+                stop.clone(),
+                count.clone(),
+                start.clone(),
+            );
+            thread::spawn(move || {
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    one_round(&w);
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    thread::sleep(run_for);
+    stop.store(true, Ordering::Relaxed);
+    let rounds = count.load(Ordering::Relaxed);
+    let secs = began.elapsed().as_secs_f64();
+    for t in threads {
+        t.join().expect("worker");
+    }
+    rounds as f64 / secs
+}
+
 /// Which lock the contended loop drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
