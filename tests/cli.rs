@@ -184,3 +184,38 @@ fn the_command_is_killed_when_the_holders_session_is_black_holed_past_expiry() {
     assert_eq!(code(&out), 76, "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!pid_alive(pid), "the command outlived the lock");
 }
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_and_leaves_no_node() {
+    let path = root("cli-interrupt");
+    let c = connect(&server().connect_string(), Duration::from_secs(10));
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let held = rw.write_lock().acquire().unwrap();
+    let mut waiting = zk_lock(&server().connect_string())
+        .args([path.as_str(), "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(SOON, || {
+        (c.children(&path).unwrap_or_default().len() == 2).then_some(())
+    })
+    .expect("zk-lock never queued");
+    let int = Command::new("kill")
+        .args(["-INT", &waiting.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(int.success());
+    let status = wait_for(SOON, || waiting.try_wait().unwrap());
+    if status.is_none() {
+        let _ = waiting.kill();
+        let _ = waiting.wait();
+        panic!("SIGINT did not end the wait");
+    }
+    assert_eq!(status.unwrap().code(), Some(130));
+    assert_eq!(
+        c.children(&path).unwrap().len(),
+        1,
+        "the interrupted waiter left its node"
+    );
+    drop(held);
+}

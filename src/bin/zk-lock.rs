@@ -33,6 +33,7 @@ Durations: 500ms, 10s, 2m, or a number of seconds.
 
 Exit status:
   the command's own status (128+N if it died of signal N)
+  128+N  signal N arrived while waiting for the lock (nothing ran; our place in line is gone)
   64   bad arguments or path
   69   no ZooKeeper server reachable
   70   other ZooKeeper error
@@ -219,9 +220,32 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
     } else {
         rw.write_lock()
     };
-    // Signals are caught from here on, so a Ctrl-C while waiting still cleans up our node.
+    // Signals are caught from here on. While we wait, one closes the client: that ends the wait,
+    // and closing the session removes our node.
     let Ok(mut signals) = Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
         return fail(code::ZOOKEEPER, "cannot install signal handlers");
+    };
+    let handle = signals.handle();
+    let (sig_tx, sig_rx) = unbounded();
+    let forwarder = thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig_tx.send(sig).is_err() {
+                break;
+            }
+        }
+    });
+    let (waited_tx, waited_rx) = crossbeam_channel::bounded::<()>(0);
+    let interrupter = {
+        let (client, sig_rx) = (client.clone(), sig_rx.clone());
+        thread::spawn(move || {
+            select! {
+                recv(sig_rx) -> sig => {
+                    client.close();
+                    sig.ok()
+                }
+                recv(waited_rx) -> _ => None,
+            }
+        })
     };
     let acquired = if cli.no_wait {
         side.try_acquire()
@@ -230,6 +254,15 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
     } else {
         side.acquire().map(Some)
     };
+    drop(waited_tx);
+    if let Ok(Some(sig)) = interrupter.join() {
+        handle.close();
+        let _ = forwarder.join();
+        return fail(
+            128u8.saturating_add(sig as u8),
+            "interrupted while waiting for the lock",
+        );
+    }
     let guard = match acquired {
         Ok(Some(g)) => g,
         Ok(None) if cli.no_wait => return fail(code::BUSY, format!("{path} is locked")),
@@ -266,15 +299,6 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
     let (exit_tx, exit_rx) = unbounded();
     let waiter = thread::spawn(move || {
         let _ = exit_tx.send(child.wait());
-    });
-    let (sig_tx, sig_rx) = unbounded();
-    let handle = signals.handle();
-    let forwarder = thread::spawn(move || {
-        for sig in signals.forever() {
-            if sig_tx.send(sig).is_err() {
-                break;
-            }
-        }
     });
     let lost = guard.lost();
     let mut terminating: Option<Instant> = None;

@@ -33,7 +33,8 @@ use crate::retry::RetryPolicy;
 /// Counts a client keeps, read with [`Client::metrics`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientMetrics {
-    /// Requests sent by this client's operations (every attempt, retries included).
+    /// Request attempts by this client's operations, retries included (an attempt that found
+    /// no connection within its wait is counted too).
     pub requests: u64,
     /// Watch notifications delivered to this client's watchers.
     pub watch_events: u64,

@@ -353,8 +353,8 @@ fn from_server(
     sent_at: Instant,
 ) {
     let _ = up.set_read_timeout(Some(HANDSHAKE_ANSWER.min(shared.connect_timeout)));
+    // The timeout stays for the auth answers read below, and is lifted once they are in.
     let answer = wire::read_frame(&mut up);
-    let _ = up.set_read_timeout(None);
     let frame = match answer {
         Ok(f) => f,
         Err(e) => {
@@ -394,6 +394,7 @@ fn from_server(
             }
         }
     }
+    let _ = up.set_read_timeout(None);
     if resp.timeout_ms <= 0 {
         {
             let mut p = shared.policy.lock();

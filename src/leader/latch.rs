@@ -316,17 +316,20 @@ impl Inner {
                 select! {
                     recv(stop) -> _ => return true,
                     recv(wake_rx) -> _ => break,
-                    recv(states.receiver()) -> e => match e.map(|e| e.state) {
-                        Ok(ConnectionState::Suspended) => {
+                    recv(states.receiver()) -> e => match e.map(|e| (e.state, e.session_id)) {
+                        Ok((ConnectionState::Suspended, _)) => {
                             if self.policy == LeadershipPolicy::Standard {
                                 self.set_leading(None);
                             }
                         }
                         // Our watch is gone; check again (and lead again if still first).
-                        Ok(ConnectionState::Reconnected) => break,
-                        Ok(ConnectionState::Lost | ConnectionState::Connected) | Err(_) => {
-                            return false
-                        }
+                        Ok((ConnectionState::Reconnected, _)) => break,
+                        // Our node went with our session: enter the line again. (The end of a
+                        // session older than our node changes nothing.)
+                        Ok((ConnectionState::Lost, id)) if id == node.session => return false,
+                        Ok((ConnectionState::Connected, id)) if id != node.session => return false,
+                        Ok((ConnectionState::Lost | ConnectionState::Connected, _)) => {}
+                        Err(_) => return false,
                     },
                 }
             }

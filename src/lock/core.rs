@@ -266,6 +266,7 @@ impl LockCore {
         let policy = &self.client.core().config.retry;
         let started = Instant::now();
         let mut retries = 0u32;
+        let mut made_parents = false;
         let mut session = self.wait_session(deadline)?;
         let mut marker = ProtectedId::next(session);
         loop {
@@ -299,19 +300,40 @@ impl LockCore {
                         "create of a node under {} lost its answer; looking for it",
                         self.path
                     );
-                    let now = self.wait_session(deadline)?;
-                    if let Some(node) = self.adopt(&marker, session, now, deadline)? {
-                        return Ok(node);
-                    }
+                    let found = self
+                        .wait_session(deadline)
+                        .and_then(|now| Ok((now, self.adopt(&marker, session, now, deadline)?)));
+                    let now = match found {
+                        Ok((_, Some(node))) => return Ok(node),
+                        Ok((now, None)) => now,
+                        Err(e) => {
+                            // We give up without knowing whether the create landed: whatever it
+                            // made is the janitor's to remove, under whichever session owns it.
+                            self.client.core().chore(Chore::DeleteMarked {
+                                parent: self.client.full(&self.path),
+                                marker: marker.as_str().to_owned(),
+                                session: self.client.session_id().unwrap_or(session),
+                            });
+                            return Err(e);
+                        }
+                    };
                     if now != session {
                         session = now;
                         marker = ProtectedId::next(session);
                     }
                 }
                 Err(e) if e.is_no_node() => {
-                    // First use of this path: make it (and its parents), then try again.
+                    // First use of this path: make it (and its parents), then try again. That
+                    // is not a retry; a path that keeps vanishing under us is, and is bounded.
+                    if made_parents {
+                        if policy.backoff(retries, started.elapsed()).is_none() {
+                            return Err(e);
+                        }
+                        retries += 1;
+                    }
                     self.client_until(deadline)
                         .ensure_path_with_acl(&self.path, &self.options.acl_for(&self.client))?;
+                    made_parents = true;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -505,9 +527,15 @@ impl LockCore {
                         ConnectionState::Reconnected => return Ok(Woke::Recheck),
                         // Wait for the verdict.
                         ConnectionState::Suspended => {}
-                        ConnectionState::Lost | ConnectionState::Connected => {
+                        // Only our own session's end matters: the subscription may still hold
+                        // the end of a session that was gone before our node was made.
+                        ConnectionState::Lost if e.session_id == token.session => {
                             return Err(Error::SessionLost { session_id: token.session })
                         }
+                        ConnectionState::Connected if e.session_id != token.session => {
+                            return Err(Error::SessionLost { session_id: token.session })
+                        }
+                        ConnectionState::Lost | ConnectionState::Connected => {}
                     }
                 },
                 recv(timer) -> _ => return Ok(Woke::Deadline),
