@@ -1,8 +1,5 @@
 //! Parsing of `host:port[,host:port...][/chroot]`.
 
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
-
 use crate::error::{Error, Result};
 use crate::paths;
 
@@ -13,25 +10,6 @@ pub struct HostPort {
     pub host: String,
     /// TCP port.
     pub port: u16,
-}
-
-impl HostPort {
-    /// Resolves the host now (names may move between attempts, so this is done per connect).
-    pub(crate) fn resolve(&self) -> std::io::Result<Vec<SocketAddr>> {
-        Ok((self.host.as_str(), self.port).to_socket_addrs()?.collect())
-    }
-
-    /// Opens a TCP connection to the first address of the host that answers within `timeout`.
-    pub(crate) fn connect(&self, timeout: Duration) -> std::io::Result<std::net::TcpStream> {
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "host has no address");
-        for addr in self.resolve()? {
-            match std::net::TcpStream::connect_timeout(&addr, timeout) {
-                Ok(s) => return Ok(s),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
-    }
 }
 
 impl std::fmt::Display for HostPort {

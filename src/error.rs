@@ -3,9 +3,119 @@
 use std::fmt;
 use std::time::Duration;
 
-pub use zookeeper::ZkError as ZkCode;
+use crate::session_id::SessionId;
 
-use crate::SessionId;
+/// ZooKeeper's error codes (`KeeperException.Code`), as the server sends them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ZkCode {
+    /// A server-side system error.
+    SystemError,
+    /// The server's state is inconsistent.
+    RuntimeInconsistency,
+    /// Data inconsistency.
+    DataInconsistency,
+    /// The connection was lost (the crate reports it as [`Error::ConnectionLoss`]).
+    ConnectionLoss,
+    /// A record could not be (un)marshalled.
+    MarshallingError,
+    /// The server does not know the operation (an older server, or a disabled feature such
+    /// as TTL nodes).
+    Unimplemented,
+    /// The operation timed out on the server.
+    OperationTimeout,
+    /// Bad arguments.
+    BadArguments,
+    /// The session is not known to the server.
+    UnknownSession,
+    /// No quorum for a new configuration.
+    NewConfigNoQuorum,
+    /// A reconfiguration is in progress.
+    ReconfigInProgress,
+    /// An API error.
+    ApiError,
+    /// The node does not exist.
+    NoNode,
+    /// Not authorised by the node's ACL.
+    NoAuth,
+    /// The node is not at the expected version.
+    BadVersion,
+    /// Ephemeral nodes cannot have children.
+    NoChildrenForEphemerals,
+    /// The node already exists.
+    NodeExists,
+    /// The node has children.
+    NotEmpty,
+    /// The session has expired.
+    SessionExpired,
+    /// An invalid callback.
+    InvalidCallback,
+    /// An invalid ACL.
+    InvalidAcl,
+    /// The server refused the credentials.
+    AuthFailed,
+    /// The session moved to another server.
+    SessionMoved,
+    /// A write on a read-only server.
+    NotReadOnly,
+    /// An ephemeral node on a local session.
+    EphemeralOnLocalSession,
+    /// No such watch to remove.
+    NoWatcher,
+    /// The request timed out.
+    RequestTimeout,
+    /// Reconfiguration is disabled.
+    ReconfigDisabled,
+    /// The session needs SASL authentication.
+    SessionClosedRequireSaslAuth,
+    /// A quota was exceeded.
+    QuotaExceeded,
+    /// The server throttled the request.
+    Throttled,
+    /// A code this crate does not know.
+    Unknown(i32),
+}
+
+impl ZkCode {
+    /// The code for the wire value `code` (not 0, which is success).
+    pub fn from_code(code: i32) -> ZkCode {
+        use ZkCode::*;
+        match code {
+            -1 => SystemError,
+            -2 => RuntimeInconsistency,
+            -3 => DataInconsistency,
+            -4 => ConnectionLoss,
+            -5 => MarshallingError,
+            -6 => Unimplemented,
+            -7 => OperationTimeout,
+            -8 => BadArguments,
+            -12 => UnknownSession,
+            -13 => NewConfigNoQuorum,
+            -14 => ReconfigInProgress,
+            -100 => ApiError,
+            -101 => NoNode,
+            -102 => NoAuth,
+            -103 => BadVersion,
+            -108 => NoChildrenForEphemerals,
+            -110 => NodeExists,
+            -111 => NotEmpty,
+            -112 => SessionExpired,
+            -113 => InvalidCallback,
+            -114 => InvalidAcl,
+            -115 => AuthFailed,
+            -118 => SessionMoved,
+            -119 => NotReadOnly,
+            -120 => EphemeralOnLocalSession,
+            -121 => NoWatcher,
+            -122 => RequestTimeout,
+            -123 => ReconfigDisabled,
+            -124 => SessionClosedRequireSaslAuth,
+            -125 => QuotaExceeded,
+            -127 => Throttled,
+            other => Unknown(other),
+        }
+    }
+}
 
 /// Everything that can go wrong in this crate.
 ///
@@ -52,6 +162,8 @@ pub enum Error {
     /// A recipe was used in a way its protocol forbids (for example releasing a lock from a
     /// thread that does not hold it).
     IllegalState(String),
+    /// The server sent an answer this client cannot read.
+    Protocol(String),
     /// A thread holding the read lock asked for the write lock of the same read/write lock. It
     /// would wait for its own read lock for ever, so it is refused at once; nothing was created.
     LockUpgrade {
@@ -84,6 +196,19 @@ impl Error {
                 code,
                 path: path.to_owned(),
             },
+        }
+    }
+
+    /// Maps a code from the wire onto ours; `path` is the caller's path.
+    pub(crate) fn from_wire(code: i32, path: &str) -> Error {
+        Error::from_zk(ZkCode::from_code(code), path)
+    }
+
+    /// The server refused the client's credentials.
+    pub(crate) fn auth_failed() -> Error {
+        Error::ZooKeeper {
+            code: ZkCode::AuthFailed,
+            path: String::new(),
         }
     }
 
@@ -132,6 +257,7 @@ impl fmt::Display for Error {
             ),
             Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
             Error::BadArguments(msg) => write!(f, "bad arguments: {msg}"),
+            Error::Protocol(msg) => write!(f, "ZooKeeper protocol error: {msg}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
             Error::LockUpgrade { path } => write!(

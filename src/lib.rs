@@ -27,12 +27,13 @@ pub mod leader;
 pub mod lock;
 pub mod paths;
 pub mod retry;
+mod session_id;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use client::{
-    Client, ClientBuilder, ClientMetrics, ConnectionState, CreateMode, SessionId, Stat, StateEvent,
-    Subscription, WatchEvent, WatchKind,
+    AddWatchMode, Client, ClientBuilder, ClientInfo, ClientMetrics, ConnectionState, CreateMode,
+    Op, OpResult, SessionId, Stat, StateEvent, Subscription, WatchEvent, WatchKind,
 };
 pub use error::{Error, Result, ZkCode};
 pub use lock::{

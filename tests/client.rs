@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::*;
 use crossbeam_channel::unbounded;
 use rstest::rstest;
+use zk_recipes::testing::{ServerOptions, TestingServer};
 use zk_recipes::{Client, CreateMode, Error, WatchKind, ZkCode};
 
 #[test]
@@ -230,10 +231,11 @@ fn close_removes_ephemeral_nodes_at_once_and_later_calls_fail_with_closed() {
 
 #[test]
 fn every_subscriber_sees_the_same_events_in_order() {
-    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
     let (a, b) = (client.subscribe(), client.subscribe());
     let id = client.session_id().unwrap();
-    client.testing_break_transport();
+    f.proxy.cut();
     for sub in [&a, &b] {
         assert_eq!(
             next_state(sub, zk_recipes::ConnectionState::Suspended).session_id,
@@ -246,29 +248,21 @@ fn every_subscriber_sees_the_same_events_in_order() {
     }
 }
 
-/// The transport sends `CreateMode::Container` with the plain create opcode. The server then
-/// makes an ordinary persistent node (a container's owner would be `i64::MIN`), which is never
-/// reaped; that is why `zk_recipes::CreateMode` offers no container mode.
+/// Containers go out with their own opcode, so the server makes a real container and reaps
+/// it once its last child is gone. (The server shows a container's owner as 0, like a
+/// persistent node's, so only the reaping tells them apart.)
 #[test]
-fn the_transports_container_mode_makes_a_plain_persistent_node() {
-    let s = server();
-    let raw = zookeeper::ZooKeeper::connect(&s.connect_string(), Duration::from_secs(10), |_| {})
-        .unwrap();
-    let client = connect(&s.connect_string(), Duration::from_secs(10));
-    let path = root("container");
-    let created = wait_for(SOON, || {
-        raw.create(
-            &path,
-            vec![],
-            zookeeper::Acl::open_unsafe().clone(),
-            zookeeper::CreateMode::Container,
-        )
-        .ok()
+fn container_mode_makes_a_container_the_server_reaps() {
+    init_logs();
+    let server = TestingServer::with_options(ServerOptions {
+        container_check_interval: Some(Duration::from_millis(100)),
+        ..Default::default()
     })
-    .expect("the transport connected");
-    let stat = client.exists(&created).unwrap().unwrap();
-    assert_eq!(
-        stat.ephemeral_owner, 0,
-        "a real container's owner would be i64::MIN"
-    );
+    .unwrap();
+    let client = connect(&server.connect_string(), Duration::from_secs(10));
+    let created = client.create("/c", b"", CreateMode::Container).unwrap();
+    let child = client.create("/c/x", b"", CreateMode::Ephemeral).unwrap();
+    client.delete(&child).unwrap();
+    wait_for(SOON, || client.exists(&created).unwrap().is_none().then_some(()))
+        .expect("the server never reaped the empty container");
 }

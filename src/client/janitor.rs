@@ -1,166 +1,217 @@
-//! The janitor: never forgets a node this client made while its session lives.
+//! The client's second thread: delivers watch events (so a slow watcher never holds up the
+//! reader), and is the janitor that never forgets a node this client made while its session
+//! lives.
 //!
-//! A lock that cannot delete its node now (the connection is down), or that stopped waiting for
-//! a create that may still land, hands the node to the janitor. The janitor retries until the
-//! node is gone or the session that owns it is gone (and the node with it). It also clears the
-//! transport's local watchers that can never fire, which the transport would otherwise keep.
+//! A lock that cannot delete its node now, or that stopped waiting for a create or a delete
+//! still on the wire, hands it here. Work is tried when it arrives and again after every
+//! (re)connect of the session that owns the node; it is dropped once that session is gone,
+//! since the node went with it. Nothing here wakes on a timer.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender};
 use log::{debug, warn};
-use zookeeper::{WatcherType, ZkError, ZkResult};
 
-use super::session::Core;
-use super::state::SessionId;
+use super::conn::Answer;
+use super::session::{Core, Phase};
+use super::types::WatchEvent;
+use crate::error::Error;
+use crate::session_id::SessionId;
+use crate::Client;
 
-/// How often pending chores are tried again.
-const TICK: Duration = Duration::from_millis(200);
 /// Deadline of each request the janitor makes.
 const REQUEST: Duration = Duration::from_secs(5);
 
-/// Work handed to the janitor. Paths include the client's chroot and namespace.
+/// Work for the event thread.
+pub(crate) enum Job {
+    /// A fired watch, for these channels.
+    Deliver(Vec<Sender<WatchEvent>>, WatchEvent),
+    Chore(Chore),
+    /// The session (re)connected: pending chores of it can go now.
+    Connected(SessionId),
+    Stop,
+}
+
+/// Clean-up handed to the janitor. Paths are the client's (without chroot or namespace).
 pub(crate) enum Chore {
     /// Delete this node while `session` lives.
     Delete { path: String, session: SessionId },
-    /// A create nobody waits for any more: once it resolves, remove what it made, which is the
-    /// child of `parent` whose name contains `marker`.
-    Abandoned {
-        result: Receiver<ZkResult<String>>,
-        parent: String,
-        marker: String,
-        session: SessionId,
-    },
     /// Delete every child of `parent` whose name contains `marker`.
     DeleteMarked {
         parent: String,
         marker: String,
         session: SessionId,
     },
-    /// Drop the transport's local watchers on a path whose node is gone.
-    ForgetWatches { path: String },
+    /// A request nobody waits for any more: once it is answered, finish its work.
+    Await {
+        answer: Receiver<Answer>,
+        then: Then,
+        session: SessionId,
+    },
 }
 
-pub(crate) fn run(core: Arc<Core>, chores: Receiver<Chore>, stop: Receiver<()>) {
-    let mut pending: Vec<Chore> = Vec::new();
+/// What an awaited request was.
+pub(crate) enum Then {
+    /// A protected create under `parent`: whatever it made goes.
+    Created { parent: String, marker: String },
+    /// The delete of `path`: if it did not happen, it is tried again.
+    Deleted { path: String },
+}
+
+pub(crate) fn run(core: Arc<Core>, jobs: Receiver<Job>) {
+    let mut todo: Vec<Chore> = Vec::new();
+    let mut awaiting: Vec<(Receiver<Answer>, Then, SessionId)> = Vec::new();
     loop {
-        select! {
-            recv(stop) -> _ => return,
-            recv(chores) -> c => match c {
-                Ok(c) => pending.push(c),
-                Err(_) => return,
-            },
-            default(TICK) => {}
-        }
-        if pending.is_empty() || !core.is_connected() {
-            continue;
-        }
-        let current = core.session_id();
-        let mut keep = Vec::new();
-        for chore in pending.drain(..) {
-            if let Some(again) = attempt(&core, chore, current) {
-                keep.push(again);
+        let (job, answered) = {
+            let mut sel = Select::new();
+            sel.recv(&jobs);
+            for (rx, _, _) in &awaiting {
+                sel.recv(rx);
             }
+            let op = sel.select();
+            match op.index() {
+                0 => (Some(op.recv(&jobs)), None),
+                i => {
+                    let answer = op.recv(&awaiting[i - 1].0).unwrap_or(Err(()));
+                    (None, Some((i - 1, answer)))
+                }
+            }
+        };
+        match (job, answered) {
+            (Some(Ok(Job::Deliver(to, event))), _) => {
+                for tx in to {
+                    let _ = tx.send(event.clone());
+                }
+                continue;
+            }
+            (
+                Some(Ok(Job::Chore(Chore::Await {
+                    answer,
+                    then,
+                    session,
+                }))),
+                _,
+            ) => {
+                awaiting.push((answer, then, session));
+                continue;
+            }
+            (Some(Ok(Job::Chore(chore))), _) => todo.push(chore),
+            (Some(Ok(Job::Connected(session))), _) => todo.retain(|c| c.session() == session),
+            (Some(Ok(Job::Stop)) | Some(Err(_)), _) => return,
+            (None, Some((i, answer))) => {
+                let (_, then, session) = awaiting.swap_remove(i);
+                todo.extend(resolved(&core, answer, then, session));
+            }
+            (None, None) => {}
         }
-        pending = keep;
+        if core.phase() == Phase::Connected {
+            let current = core.session_id();
+            let client = Client::background(core.clone(), Instant::now() + REQUEST);
+            todo = todo
+                .into_iter()
+                .filter_map(|c| attempt(&client, c, current))
+                .collect();
+        }
     }
 }
 
-fn call<T: Send + 'static>(
-    core: &Core,
-    f: impl FnOnce(&zookeeper::ZooKeeper) -> ZkResult<T> + Send + 'static,
-) -> ZkResult<T> {
-    match core.call(Some(Instant::now() + REQUEST), f) {
-        Ok((r, _)) => r,
-        Err(_) => Err(ZkError::ConnectionLoss),
+impl Chore {
+    fn session(&self) -> SessionId {
+        match self {
+            Chore::Delete { session, .. }
+            | Chore::DeleteMarked { session, .. }
+            | Chore::Await { session, .. } => *session,
+        }
     }
 }
 
-/// Tries one chore; returns it if it must be tried again.
-fn attempt(core: &Core, chore: Chore, current: Option<SessionId>) -> Option<Chore> {
-    match chore {
-        Chore::Delete { path, session } => {
-            if current != Some(session) {
-                debug!("janitor: {path} went with session {session}");
-                return None;
-            }
-            let p = path.clone();
-            match call(core, move |zk| zk.delete(&p, None)) {
-                Ok(()) | Err(ZkError::NoNode) => {
-                    debug!("janitor: deleted {path}");
-                    None
-                }
-                Err(ZkError::ConnectionLoss) => Some(Chore::Delete { path, session }),
-                Err(e) => {
-                    warn!("janitor: cannot delete {path}: {e:?}; giving up on it");
-                    None
-                }
-            }
-        }
-        Chore::Abandoned {
-            result,
-            parent,
-            marker,
-            session,
-        } => match result.try_recv() {
-            Ok(Ok(path)) => attempt(core, Chore::Delete { path, session }, current),
-            Ok(Err(_)) | Err(crossbeam_channel::TryRecvError::Disconnected) => attempt(
-                core,
-                Chore::DeleteMarked {
+/// The chore an awaited answer leaves, if any.
+fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Option<Chore> {
+    let chore = match (then, answer) {
+        (Then::Created { parent, marker }, Ok(reply)) if reply.header.err == 0 => {
+            match reply.record().str() {
+                Ok(full) => Chore::Delete {
+                    path: super::strip(&core.config.prefix, &full),
+                    session,
+                },
+                Err(_) => Chore::DeleteMarked {
                     parent,
                     marker,
                     session,
                 },
-                current,
-            ),
-            Err(crossbeam_channel::TryRecvError::Empty) => Some(Chore::Abandoned {
-                result,
-                parent,
-                marker,
-                session,
-            }),
+            }
+        }
+        (Then::Created { parent, marker }, _) => Chore::DeleteMarked {
+            parent,
+            marker,
+            session,
+        },
+        // Deleted, or already gone (NoNode): nothing left to do.
+        (Then::Deleted { .. }, Ok(r)) if r.header.err == 0 || r.header.err == -101 => return None,
+        (Then::Deleted { path }, _) => Chore::Delete { path, session },
+    };
+    Some(chore)
+}
+
+/// Tries one chore; returns it if it must be tried again.
+fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<Chore> {
+    if current != Some(chore.session()) {
+        debug!("janitor: dropping work of a session that is gone");
+        return None;
+    }
+    match chore {
+        Chore::Delete { path, session } => match client.delete(&path) {
+            Ok(()) => {
+                debug!("janitor: deleted {path}");
+                None
+            }
+            Err(e) if again(&e) => Some(Chore::Delete { path, session }),
+            Err(e) => {
+                warn!("janitor: cannot delete {path}: {e}; giving up on it");
+                None
+            }
         },
         Chore::DeleteMarked {
             parent,
             marker,
             session,
         } => {
-            if current != Some(session) {
-                return None;
-            }
-            let p = parent.clone();
-            let children = match call(core, move |zk| zk.get_children(&p, false)) {
+            let children = match client.children(&parent) {
                 Ok(c) => c,
-                Err(ZkError::NoNode) => return None,
-                Err(_) => {
+                Err(e) if again(&e) => {
                     return Some(Chore::DeleteMarked {
                         parent,
                         marker,
                         session,
                     })
                 }
+                Err(_) => return None,
             };
-            let mut again = false;
+            let mut retry = false;
             for child in children.into_iter().filter(|c| c.contains(&marker)) {
-                let path = format!("{parent}/{child}");
-                again |= attempt(core, Chore::Delete { path, session }, current).is_some();
+                let path = crate::paths::join(&parent, &child);
+                retry |= attempt(client, Chore::Delete { path, session }, current).is_some();
             }
-            again.then_some(Chore::DeleteMarked {
+            retry.then_some(Chore::DeleteMarked {
                 parent,
                 marker,
                 session,
             })
         }
-        Chore::ForgetWatches { path } => {
-            // The server has no watch there (the node is gone), so it answers NoWatcher; the
-            // transport drops its local entries for the path whatever the answer.
-            let p = path.clone();
-            let _ = call(core, move |zk| zk.remove_watches(&p, WatcherType::Data));
-            None
-        }
+        // Handled by the loop itself.
+        Chore::Await {
+            answer,
+            then,
+            session,
+        } => Some(Chore::Await {
+            answer,
+            then,
+            session,
+        }),
     }
 }
 
-/// Where chores are sent.
-pub(crate) type Chores = Sender<Chore>;
+fn again(e: &Error) -> bool {
+    matches!(e, Error::ConnectionLoss | Error::Timeout { .. })
+}

@@ -1,30 +1,37 @@
 //! The framework client: a ZooKeeper session you can trust, with bounded calls and retries.
 //!
-//! [`Client`] sits on the `zookeeper` crate (the transport) and closes its gaps through a
-//! loopback session relay; the rest of this page is `recipes/README.md`.
+//! [`Client`] speaks the ZooKeeper protocol itself; the rest of this page is
+//! `recipes/README.md`.
 //!
 #![doc = include_str!("../../recipes/README.md")]
 
-mod executor;
+mod conn;
 pub(crate) mod janitor;
-mod relay;
-mod session;
+mod proto;
+mod request;
+pub(crate) mod session;
 mod state;
 pub(crate) mod token;
-pub(crate) mod wire;
+mod types;
+mod watches;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use log::warn;
-use zookeeper::{Acl, WatchedEvent, WatchedEventType, ZkResult, ZooKeeper};
 
-pub use self::state::{ConnectionState, SessionId, StateEvent, Subscription};
-pub use zookeeper::Stat;
+pub use self::state::{ConnectionState, StateEvent, Subscription};
+pub use self::types::{AddWatchMode, ClientInfo, CreateMode, Op, OpResult, Stat, WatchEvent, WatchKind};
+pub use crate::session_id::SessionId;
 
-use self::session::{Attempt, Core, Phase};
+use self::conn::{Reply, Ticket};
+use self::janitor::{Chore, Job, Then};
+use self::request::Req;
+use self::session::{Core, Phase};
+use self::watches::{WatchReg, WatchType};
+use crate::acl::Acl;
 use crate::connect_string::ConnectString;
 use crate::error::{Error, Result};
 use crate::paths;
@@ -33,8 +40,8 @@ use crate::retry::RetryPolicy;
 /// Counts a client keeps, read with [`Client::metrics`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientMetrics {
-    /// Request attempts by this client's operations, retries included (an attempt that found
-    /// no connection within its wait is counted too).
+    /// Requests this client's operations sent, retries included (pings, the handshake and the
+    /// janitor's background clean-up are not counted).
     pub requests: u64,
     /// Watch notifications delivered to this client's watchers.
     pub watch_events: u64,
@@ -42,68 +49,6 @@ pub struct ClientMetrics {
 
 /// Largest node data ZooKeeper accepts with its default `jute.maxbuffer`.
 pub const MAX_DATA_LEN: usize = 1024 * 1024;
-
-/// How a node is created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CreateMode {
-    /// Stays until deleted.
-    Persistent,
-    /// Deleted when the session that created it ends.
-    Ephemeral,
-    /// Persistent, with a 10-digit counter appended by the server.
-    PersistentSequential,
-    /// Ephemeral, with a 10-digit counter appended by the server.
-    EphemeralSequential,
-}
-
-impl CreateMode {
-    fn is_sequential(self) -> bool {
-        matches!(
-            self,
-            CreateMode::PersistentSequential | CreateMode::EphemeralSequential
-        )
-    }
-
-    fn is_ephemeral(self) -> bool {
-        matches!(
-            self,
-            CreateMode::Ephemeral | CreateMode::EphemeralSequential
-        )
-    }
-
-    fn to_zk(self) -> zookeeper::CreateMode {
-        match self {
-            CreateMode::Persistent => zookeeper::CreateMode::Persistent,
-            CreateMode::Ephemeral => zookeeper::CreateMode::Ephemeral,
-            CreateMode::PersistentSequential => zookeeper::CreateMode::PersistentSequential,
-            CreateMode::EphemeralSequential => zookeeper::CreateMode::EphemeralSequential,
-        }
-    }
-}
-
-/// What a watch reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WatchKind {
-    /// The node was created.
-    Created,
-    /// The node was deleted.
-    Deleted,
-    /// The node's data changed.
-    DataChanged,
-    /// A child was added or removed.
-    ChildrenChanged,
-    /// Anything else the server may send (watch removed).
-    Other,
-}
-
-/// A fired watch. Watches fire once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchEvent {
-    /// What happened.
-    pub kind: WatchKind,
-    /// The watched path, as the caller named it (namespace removed).
-    pub path: String,
-}
 
 pub(crate) struct Config {
     pub connect: ConnectString,
@@ -116,6 +61,7 @@ pub(crate) struct Config {
     pub retry: RetryPolicy,
     /// Chroot and namespace, joined: every path the caller gives is below it. Empty for none.
     pub prefix: String,
+    pub allow_read_only: bool,
 }
 
 /// Configures and opens a [`Client`].
@@ -128,6 +74,7 @@ pub struct ClientBuilder {
     connection_timeout: Duration,
     retry: RetryPolicy,
     namespace: Option<String>,
+    allow_read_only: bool,
 }
 
 impl ClientBuilder {
@@ -139,24 +86,27 @@ impl ClientBuilder {
         self
     }
 
-    /// How long [`connect`](Self::connect) and every call wait for a connection before failing.
+    /// How long [`connect`](Self::connect) and every call wait for a connection before failing
+    /// (one connection attempt gets at most this, or the session timeout shared by the hosts).
     /// Default 15 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout;
         self
     }
 
-    /// Retry policy for operations that are safe to retry. Default: [`RetryPolicy::default`].
+    /// Retry policy for operations that are safe to retry: how many retries and for how long.
+    /// A retry waits for the next connection, not for a timer. Default:
+    /// [`RetryPolicy::default`].
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
     }
 
     /// Authenticates every connection of every session with `scheme` and `credentials` (for
-    /// example `"digest"` and `b"user:password"`), also the sessions built after LOST. A scheme
-    /// the server refuses makes `connect` and every call fail at once with `AuthFailed`. (With
-    /// `digest` any password authenticates; a wrong one simply matches no ACL, so protected
-    /// nodes answer `NoAuth`.)
+    /// example `"digest"` and `b"user:password"`), sent right behind the handshake and before
+    /// any request. A scheme the server refuses makes `connect` and every call fail at once
+    /// with `AuthFailed`. (With `digest` any password authenticates; a wrong one simply
+    /// matches no ACL, so protected nodes answer `NoAuth`.)
     pub fn authorization(mut self, scheme: &str, credentials: impl Into<Vec<u8>>) -> Self {
         self.auth.push((scheme.to_owned(), credentials.into()));
         self
@@ -174,6 +124,14 @@ impl ClientBuilder {
     /// slash, e.g. `"app/locks"`). Created on connect if missing.
     pub fn namespace(mut self, namespace: &str) -> Self {
         self.namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Accepts a session from a server that is cut off from its quorum and serves reads only
+    /// (default: refused, and the next host is tried). Writes on such a session fail with
+    /// `NotReadOnly`; locks need a quorum and should leave this off.
+    pub fn allow_read_only(mut self, allow: bool) -> Self {
+        self.allow_read_only = allow;
         self
     }
 
@@ -222,6 +180,7 @@ impl ClientBuilder {
             connection_timeout: self.connection_timeout,
             retry: self.retry.clone(),
             prefix,
+            allow_read_only: self.allow_read_only,
         })
     }
 
@@ -230,17 +189,19 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// `BadArguments` for a bad connect string, namespace or timeout; `Timeout` when no session
-    /// was established in time (nothing listens, or the servers do not answer).
+    /// was established in time (nothing listens, or the servers do not answer); `AuthFailed`
+    /// when the server refused the credentials.
     pub fn connect(self) -> Result<Client> {
         let config = self.config()?;
         let connection_timeout = config.connection_timeout;
         let core = Core::start(config)?;
         let client = Client {
-            handle: Arc::new(Handle { core }),
+            owner: Some(Arc::new(Owner { core: core.clone() })),
+            core,
             deadline: None,
         };
         let until = Instant::now() + connection_timeout;
-        match client.core().wait_connected(until) {
+        match client.core.wait_connected(until) {
             Ok(_) => {}
             Err(Error::ConnectionLoss) => {
                 return Err(Error::timeout(
@@ -253,20 +214,21 @@ impl ClientBuilder {
             }
             Err(e) => return Err(e),
         }
-        let prefix = client.core().config.prefix.clone();
+        let prefix = client.core.config.prefix.clone();
         if !prefix.is_empty() {
-            let acl = client.core().config.acl.clone();
+            let acl = client.core.config.acl.clone();
             client.ensure_full_path(&prefix, &acl)?;
         }
         Ok(client)
     }
 }
 
-struct Handle {
+/// Closes the session when the last user handle goes.
+struct Owner {
     core: Arc<Core>,
 }
 
-impl Drop for Handle {
+impl Drop for Owner {
     fn drop(&mut self) {
         self.core.shutdown();
     }
@@ -275,10 +237,13 @@ impl Drop for Handle {
 /// A ZooKeeper client whose session state can be trusted. Cheap to clone; the session closes
 /// when the last clone is dropped or [`close`](Self::close) is called.
 ///
-/// Every call either completes, fails with a typed [`Error`], or (with a deadline set by
-/// [`with_deadline`](Self::with_deadline)) returns `Timeout` at the deadline. Reads, deletes and
-/// creation of persistent nodes are retried on connection loss under the retry policy, once the
-/// client is connected again; sequential and ephemeral creates are never retried blindly.
+/// Requests from any number of threads share one connection and are pipelined: each is
+/// written on its caller's thread, and the client's reader thread hands each answer to its
+/// caller. Every call either completes, fails with a typed [`Error`], or (with a deadline set
+/// by [`with_deadline`](Self::with_deadline)) returns `Timeout` at the deadline. Reads,
+/// deletes and creation of persistent nodes are retried on connection loss under the retry
+/// policy, once the client is connected again; sequential and ephemeral creates are never
+/// retried blindly.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -297,7 +262,9 @@ impl Drop for Handle {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    handle: Arc<Handle>,
+    core: Arc<Core>,
+    /// `None` for the client's own background handle, which must never close the session.
+    owner: Option<Arc<Owner>>,
     deadline: Option<Instant>,
 }
 
@@ -322,11 +289,12 @@ impl Client {
         ClientBuilder {
             connect_string: connect_string.to_owned(),
             auth: Vec::new(),
-            acl: Acl::open_unsafe().clone(),
+            acl: crate::acl::open(),
             session_timeout: Duration::from_secs(30),
             connection_timeout: Duration::from_secs(15),
             retry: RetryPolicy::default(),
             namespace: None,
+            allow_read_only: false,
         }
     }
 
@@ -335,15 +303,22 @@ impl Client {
         Client::builder(connect_string).connect()
     }
 
-    pub(crate) fn core(&self) -> &Core {
-        &self.handle.core
+    /// The client's own handle for background work: bounded by `deadline`, and dropping it
+    /// never closes the session.
+    pub(crate) fn background(core: Arc<Core>, deadline: Instant) -> Client {
+        Client {
+            core,
+            owner: None,
+            deadline: Some(deadline),
+        }
     }
 
     /// A handle to the same session whose calls all end by `deadline`: a call still waiting
     /// then returns `Error::Timeout`.
     pub fn with_deadline(&self, deadline: Instant) -> Client {
         Client {
-            handle: self.handle.clone(),
+            core: self.core.clone(),
+            owner: self.owner.clone(),
             deadline: Some(deadline),
         }
     }
@@ -361,52 +336,44 @@ impl Client {
     /// The current session (also while suspended); `None` while a new one is being built or
     /// after close.
     pub fn session_id(&self) -> Option<SessionId> {
-        self.core().status.lock().session.as_ref().map(|s| s.id)
+        self.core.session_id()
     }
 
     /// The session timeout the server granted (the requested one before the first session).
     pub fn session_timeout(&self) -> Duration {
-        self.core()
-            .status
-            .lock()
-            .session
-            .as_ref()
-            .map_or(self.core().config.session_timeout, |s| s.timeout)
+        self.core.session_timeout()
     }
 
     /// The instant before which the server cannot have expired the current session: the send
-    /// time of the latest request it answered under this session, plus the negotiated timeout.
-    /// It does not depend on any event being delivered, and stops advancing as soon as the
-    /// connection goes silent. `None` when there is no session.
+    /// time of the latest request or ping it answered under this session, plus the negotiated
+    /// timeout. It does not depend on any event being delivered, and stops advancing as soon
+    /// as the connection goes silent. `None` when there is no session.
     pub fn session_valid_until(&self) -> Option<Instant> {
-        let status = self.core().status.lock();
-        let session = status.session.as_ref()?;
-        status.last_ok_sent.map(|sent| sent + session.timeout)
+        self.core.session_valid_until()
     }
 
     /// True while requests can be made under a live session.
     pub fn is_connected(&self) -> bool {
-        self.core().status.lock().phase == Phase::Connected
+        self.core.phase() == Phase::Connected
     }
 
-    /// What this client has sent and received so far (requests of its operations, watch
-    /// notifications delivered); heartbeats and background clean-up are not counted.
+    /// What this client has sent and received so far.
     pub fn metrics(&self) -> ClientMetrics {
-        let c = &self.core().counters;
+        let c = &self.core.counters;
         ClientMetrics {
-            requests: c.requests.load(std::sync::atomic::Ordering::Relaxed),
-            watch_events: c.watch_events.load(std::sync::atomic::Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            watch_events: c.watch_events.load(Ordering::Relaxed),
         }
     }
 
     /// Subscribes to connection state changes, from now on.
     pub fn subscribe(&self) -> Subscription {
-        self.core().subscribe()
+        self.core.subscribe()
     }
 
     /// Blocks until connected (at most `timeout`) and returns the session id.
     pub fn wait_connected(&self, timeout: Duration) -> Result<SessionId> {
-        self.core()
+        self.core
             .wait_connected(Instant::now() + timeout)
             .map_err(|e| match e {
                 Error::ConnectionLoss => Error::timeout("a ZooKeeper session", timeout),
@@ -417,12 +384,14 @@ impl Client {
     /// Closes the session (its ephemeral nodes go at once) and stops the client's threads.
     /// Every clone is closed with it.
     pub fn close(&self) {
-        self.core().shutdown();
+        self.core.shutdown();
     }
+
+    // ----- the request path -----
 
     /// `path` with the chroot and namespace in front, as the server names it.
     pub(crate) fn full(&self, path: &str) -> String {
-        let prefix = &self.core().config.prefix;
+        let prefix = &self.core.config.prefix;
         match (prefix.is_empty(), path) {
             (true, _) => path.to_owned(),
             (false, "/") => prefix.clone(),
@@ -430,170 +399,166 @@ impl Client {
         }
     }
 
-    fn strip(prefix: &str, full: &str) -> String {
-        match full.strip_prefix(prefix) {
-            Some("") => "/".to_owned(),
-            Some(rest) if !prefix.is_empty() => rest.to_owned(),
-            _ => full.to_owned(),
+    /// Sends requests back to back, waiting for a connection at most until this handle's
+    /// deadline, the connection timeout, or a session timeout after the connection went
+    /// silent.
+    fn send(&self, frames: Vec<(Vec<u8>, Option<WatchReg>)>) -> Result<Vec<Ticket>> {
+        if self.core.is_closed() {
+            return Err(Error::Closed);
+        }
+        let now = Instant::now();
+        let mut until = now + self.core.config.connection_timeout;
+        if let Some(g) = self.core.give_up_at() {
+            until = until.min(g.max(now));
+        }
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        if self.owner.is_some() {
+            self.core
+                .counters
+                .requests
+                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        }
+        match self.core.outbox.send(frames, until) {
+            Err(Error::ConnectionLoss) if self.deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(Error::timeout("a connection to ZooKeeper", Duration::ZERO))
+            }
+            other => other,
         }
     }
 
-    /// Runs `f` through the gate with the retry rule `retry`.
-    fn run<T, F>(&self, path: &str, retry: Retry, f: F) -> Result<(T, Attempt)>
-    where
-        T: Send + 'static,
-        F: Fn(&ZooKeeper) -> ZkResult<T> + Send + Sync + 'static,
-    {
-        let core = self.core();
-        if core.is_closed() {
-            return Err(Error::Closed);
+    /// Waits for a ticket's answer until this handle's deadline. A watch the request would
+    /// have set is cancelled if the caller stops waiting.
+    fn wait(&self, ticket: Ticket, path: &str, watch: Option<&WatchReg>) -> Result<Reply> {
+        let answer = match self.deadline {
+            Some(d) => match ticket.answer.recv_deadline(d) {
+                Ok(a) => a,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if let Some(w) = watch {
+                        self.core.cancel_watch(w);
+                    }
+                    return Err(Error::timeout(
+                        format!("ZooKeeper's answer at {path}"),
+                        d.saturating_duration_since(ticket.sent),
+                    ));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
+            },
+            None => ticket.answer.recv().unwrap_or(Err(())),
+        };
+        let reply = answer.map_err(|()| Error::ConnectionLoss)?;
+        match reply.header.err {
+            0 => Ok(reply),
+            code => Err(Error::from_wire(code, path)),
         }
-        let f = Arc::new(f);
+    }
+
+    /// One request, one answer, and the session it ran under.
+    fn request(&self, path: &str, req: &Req<'_>) -> Result<(Reply, SessionId)> {
+        let watch = req.watch_reg();
+        let ticket = self
+            .send(vec![(req.frame(), watch.clone())])?
+            .pop()
+            .ok_or(Error::ConnectionLoss)?;
+        let session = ticket.session;
+        Ok((self.wait(ticket, path, watch.as_ref())?, session))
+    }
+
+    /// Runs `f` with the retry rule `retry`: a connection loss is retried (waiting for the
+    /// next connection) while the policy allows and the session may still be alive.
+    fn retried<T>(&self, path: &str, retry: Retry, f: impl Fn() -> Result<T>) -> Result<T> {
         let started = Instant::now();
         let mut retries = 0;
         loop {
-            let g = f.clone();
-            core.counters.count_request();
-            let outcome = match core.call(self.deadline, move |zk| g(zk)) {
-                Ok((Ok(v), attempt)) => return Ok((v, attempt)),
-                Ok((Err(e), _)) => Error::from_zk(e, path),
-                Err(e) => e,
-            };
-            let expired = self.deadline.is_some_and(|d| Instant::now() >= d);
-            if outcome != Error::ConnectionLoss {
-                return Err(outcome);
+            match f() {
+                Err(Error::ConnectionLoss) if retry == Retry::OnConnectionLoss => {
+                    let policy = &self.core.config.retry;
+                    if self.core.silent_too_long()
+                        || policy.backoff(retries, started.elapsed()).is_none()
+                    {
+                        return Err(Error::ConnectionLoss);
+                    }
+                    retries += 1;
+                    warn!("connection loss at {path}; retry {retries}");
+                }
+                other => return other,
             }
-            if expired {
-                return Err(Error::timeout(
-                    format!("ZooKeeper at {path}"),
-                    started.elapsed(),
-                ));
-            }
-            let backoff = match retry {
-                Retry::Never => None,
-                Retry::OnConnectionLoss => core.config.retry.backoff(retries, started.elapsed()),
-            };
-            // A call without a deadline still ends once the connection has been silent for a
-            // whole session timeout: by then the session is lost anyway.
-            let Some(mut backoff) = backoff.filter(|_| !core.silent_too_long()) else {
-                return Err(Error::ConnectionLoss);
-            };
-            retries += 1;
-            warn!("connection loss at {path}; retry {retries} after {backoff:?}");
-            if let Some(d) = self.deadline {
-                backoff = backoff.min(d.saturating_duration_since(Instant::now()));
-            }
-            thread::sleep(backoff);
         }
     }
+
+    /// A validated, prefixed read, retried on connection loss; `decode` reads the answer.
+    fn read<T>(
+        &self,
+        path: &str,
+        watch: Option<(WatchType, &Sender<WatchEvent>)>,
+        make: impl Fn(&str, Option<WatchReg>) -> Req<'static>,
+        decode: impl Fn(&Reply) -> Result<T>,
+    ) -> Result<T> {
+        paths::validate(path, false)?;
+        let full = self.full(path);
+        let reg = watch.map(|(kind, tx)| WatchReg::new(&full, kind, tx));
+        self.retried(path, Retry::OnConnectionLoss, || {
+            let (reply, _) = self.request(path, &make(&full, reg.clone()))?;
+            decode(&reply)
+        })
+    }
+
+    // ----- node operations -----
 
     /// Creates a node and returns its path (with the counter, for sequential modes).
     ///
     /// Persistent creates are retried on connection loss (a retry that finds the node reports
     /// `NodeExists`, since it cannot tell whose it is). Sequential and ephemeral creates are
-    /// never retried; an ephemeral create whose answer came back over a newer connection than
-    /// it was sent on reports `ConnectionLoss` even though it succeeded, because it may have
-    /// run under another session: find such a node by a name of your own (as the locks do).
+    /// never retried: find such a node by a name of your own (as the locks do).
     pub fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String> {
-        let acl = self.core().config.acl.clone();
-        self.create_in_session(path, data, mode, &acl)
+        let acl = self.core.config.acl.clone();
+        self.create_with_acl(path, data, mode, &acl)
             .map(|(p, _)| p)
     }
 
-    /// [`create`](Self::create), also returning the session the node was created under.
+    /// [`create`](Self::create) with an ACL of its own; also returns the new node's stat.
+    pub fn create_with_acl(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        acl: &[Acl],
+    ) -> Result<(String, Stat)> {
+        self.create_in_session(path, data, mode, acl)
+            .map(|(p, s, _)| (p, s))
+    }
+
+    /// [`create`](Self::create), also returning the stat and the session it ran under.
     pub(crate) fn create_in_session(
         &self,
         path: &str,
         data: &[u8],
         mode: CreateMode,
         acl: &[Acl],
-    ) -> Result<(String, SessionId)> {
-        let acl = acl.to_vec();
+    ) -> Result<(String, Stat, SessionId)> {
         paths::validate(path, mode.is_sequential())?;
         check_data(data)?;
+        if acl.is_empty() {
+            return Err(Error::BadArguments("an ACL needs at least one entry".into()));
+        }
         let full = self.full(path);
-        let data = data.to_vec();
         let retry = if mode.is_sequential() || mode.is_ephemeral() {
             Retry::Never
         } else {
             Retry::OnConnectionLoss
         };
-        let (created, attempt) = self.run(path, retry, move |zk| {
-            zk.create(&full, data.clone(), acl.clone(), mode.to_zk())
-        })?;
-        if mode.is_ephemeral() && !attempt.same_connection {
-            return Err(Error::ConnectionLoss);
-        }
-        Ok((
-            Client::strip(&self.core().config.prefix, &created),
-            attempt.session,
-        ))
-    }
-
-    /// Creates an ephemeral sequential node whose name carries `marker`, for the locks. Without
-    /// a deadline the request runs on the caller's thread. With one, a create still running at
-    /// the deadline is handed to the janitor, which removes whatever it makes, and the caller
-    /// gets `Timeout`. Never retried; `ConnectionLoss` when the answer is lost or may have come
-    /// from another session.
-    pub(crate) fn create_protected(
-        &self,
-        path: &str,
-        data: &[u8],
-        deadline: Option<Instant>,
-        marker: &str,
-        acl: &[Acl],
-    ) -> Result<(String, SessionId)> {
-        let Some(deadline) = deadline else {
-            return self.create_in_session(path, data, CreateMode::EphemeralSequential, acl);
+        let req = Req::Create {
+            path: &full,
+            data,
+            acl,
+            mode,
         };
-        let acl = acl.to_vec();
-        paths::validate(path, true)?;
-        check_data(data)?;
-        let core = self.core();
-        let full = self.full(path);
-        let data = data.to_vec();
-        let target = full.clone();
-        core.counters.count_request();
-        let gate = core.call_detached(deadline, move |zk| {
-            zk.create(
-                &target,
-                data,
-                acl,
-                zookeeper::CreateMode::EphemeralSequential,
-            )
-        });
-        let (result, session, epoch) = match gate {
-            Ok(v) => v,
-            Err(Error::ConnectionLoss) if Instant::now() >= deadline => {
-                return Err(Error::timeout(
-                    format!("a session to create {path}"),
-                    Duration::ZERO,
-                ))
-            }
-            Err(e) => return Err(e),
-        };
-        match result.recv_deadline(deadline) {
-            Ok(Ok(created)) if core.epoch() == epoch => {
-                Ok((Client::strip(&core.config.prefix, &created), session))
-            }
-            // May have run under another session: the caller finds it by its marker and
-            // adopts or removes it.
-            Ok(Ok(_)) => Err(Error::ConnectionLoss),
-            Ok(Err(e)) => Err(Error::from_zk(e, path)),
-            Err(_) => {
-                let parent = paths::parent(&full).unwrap_or("/").to_owned();
-                core.chore(janitor::Chore::Abandoned {
-                    result,
-                    parent,
-                    marker: marker.to_owned(),
-                    session,
-                });
-                Err(Error::timeout(
-                    format!("the create of {path}"),
-                    Duration::ZERO,
-                ))
-            }
-        }
+        self.retried(path, retry, || {
+            let (reply, session) = self.request(path, &req)?;
+            let (created, stat) = request::created(&reply)?;
+            Ok((strip(&self.core.config.prefix, &created), stat, session))
+        })
     }
 
     /// Creates the node, creating missing persistent parents first.
@@ -611,7 +576,7 @@ impl Client {
 
     /// Creates `path` and its missing ancestors as empty persistent nodes, like `mkdir -p`.
     pub fn ensure_path(&self, path: &str) -> Result<()> {
-        let acl = self.core().config.acl.clone();
+        let acl = self.core.config.acl.clone();
         self.ensure_path_with_acl(path, &acl)
     }
 
@@ -626,93 +591,113 @@ impl Client {
 
     /// `ensure_path` on a path already including the prefix.
     fn ensure_full_path(&self, full: &str, acl: &[Acl]) -> Result<()> {
-        let mut at = 0;
-        while let Some(i) = full[at + 1..]
-            .find('/')
-            .map(|i| i + at + 1)
-            .or_else(|| (at < full.len()).then_some(full.len()))
-        {
-            let prefix = full[..i].to_owned();
-            let shown = prefix.clone();
-            let acl = acl.to_vec();
-            match self.run(&shown, Retry::OnConnectionLoss, move |zk| {
-                zk.create(
-                    &prefix,
-                    Vec::new(),
-                    acl.clone(),
-                    zookeeper::CreateMode::Persistent,
-                )
+        for (i, _) in full.match_indices('/').skip(1).chain([(full.len(), "")]) {
+            let prefix = &full[..i];
+            let req = Req::Create {
+                path: prefix,
+                data: &[],
+                acl,
+                mode: CreateMode::Persistent,
+            };
+            match self.retried(prefix, Retry::OnConnectionLoss, || {
+                self.request(prefix, &req).map(|_| ())
             }) {
-                Ok(_) => {}
+                Ok(()) => {}
                 Err(e) if e.is_node_exists() => {}
                 Err(e) => return Err(e),
-            }
-            at = i;
-            if i == full.len() {
-                break;
             }
         }
         Ok(())
     }
 
-    /// A read: validated, prefixed, retried on connection loss.
-    fn read<T, F>(&self, path: &str, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: Fn(&ZooKeeper, &str) -> ZkResult<T> + Send + Sync + 'static,
-    {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        self.run(path, Retry::OnConnectionLoss, move |zk| f(zk, &full))
-            .map(|(v, _)| v)
-    }
-
-    /// A read that leaves a watch reporting into `tx`.
-    fn read_watched<T, F>(&self, path: &str, tx: &Sender<WatchEvent>, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: Fn(&ZooKeeper, &str, ChannelWatcher) -> ZkResult<T> + Send + Sync + 'static,
-    {
-        let watcher = ChannelWatcher {
-            prefix: self.core().config.prefix.clone(),
-            tx: tx.clone(),
-            delivered: self.core().counters.watch_events.clone(),
-        };
-        self.read(path, move |zk, full| f(zk, full, watcher.clone()))
-    }
-
     /// The node's stat, or `None` if there is no node.
     pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
-        self.read(path, |zk, p| zk.exists(p, false))
+        self.exists_inner(path, None)
     }
 
     /// Like [`exists`](Self::exists), and leaves a watch that reports into `tx` when the node is
     /// created, changed or deleted.
     pub fn exists_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Option<Stat>> {
-        self.read_watched(path, tx, |zk, p, w| zk.exists_w(p, w))
+        self.exists_inner(path, Some((WatchType::Exist, tx)))
+    }
+
+    fn exists_inner(
+        &self,
+        path: &str,
+        watch: Option<(WatchType, &Sender<WatchEvent>)>,
+    ) -> Result<Option<Stat>> {
+        let found = self.read(
+            path,
+            watch,
+            |p, w| Req::Exists {
+                path: p.to_owned().into(),
+                watch: w,
+            },
+            |r| Ok(r.record().stat()?),
+        );
+        match found {
+            Ok(stat) => Ok(Some(stat)),
+            Err(e) if e.is_no_node() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The node's data and stat.
     pub fn data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
-        self.read(path, |zk, p| zk.get_data(p, false))
+        self.data_inner(path, None)
     }
 
     /// Like [`data`](Self::data), and leaves a watch that reports into `tx` when the node's data
     /// changes or the node is deleted. The channel exists before the watch is set, so an event
     /// that fires at once is never missed.
     pub fn data_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<(Vec<u8>, Stat)> {
-        self.read_watched(path, tx, |zk, p, w| zk.get_data_w(p, w))
+        self.data_inner(path, Some((WatchType::Data, tx)))
+    }
+
+    fn data_inner(
+        &self,
+        path: &str,
+        watch: Option<(WatchType, &Sender<WatchEvent>)>,
+    ) -> Result<(Vec<u8>, Stat)> {
+        self.read(
+            path,
+            watch,
+            |p, w| Req::GetData {
+                path: p.to_owned().into(),
+                watch: w,
+            },
+            |r| {
+                let mut d = r.record();
+                Ok((d.buffer()?, d.stat()?))
+            },
+        )
     }
 
     /// The names of the node's children, unsorted.
     pub fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.read(path, |zk, p| zk.get_children(p, false))
+        self.children_inner(path, None)
     }
 
     /// Like [`children`](Self::children), and leaves a watch that reports into `tx` when a child
     /// is added or removed or the node is deleted.
     pub fn children_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Vec<String>> {
-        self.read_watched(path, tx, |zk, p, w| zk.get_children_w(p, w))
+        self.children_inner(path, Some((WatchType::Child, tx)))
+    }
+
+    fn children_inner(
+        &self,
+        path: &str,
+        watch: Option<(WatchType, &Sender<WatchEvent>)>,
+    ) -> Result<Vec<String>> {
+        self.read(
+            path,
+            watch,
+            |p, w| Req::GetChildren {
+                path: p.to_owned().into(),
+                watch: w,
+            },
+            |r| Ok(r.record().strs()?),
+        )
     }
 
     /// Sets the node's data; with `version`, only if the node is still at that version.
@@ -722,41 +707,364 @@ impl Client {
         paths::validate(path, false)?;
         check_data(data)?;
         let full = self.full(path);
-        let data = data.to_vec();
         let retry = if version.is_none() {
             Retry::OnConnectionLoss
         } else {
             Retry::Never
         };
-        self.run(path, retry, move |zk| {
-            zk.set_data(&full, data.clone(), version)
+        let req = Req::SetData {
+            path: &full,
+            data,
+            version: version.unwrap_or(-1),
+        };
+        self.retried(path, retry, || {
+            let (reply, _) = self.request(path, &req)?;
+            Ok(reply.record().stat()?)
         })
-        .map(|(s, _)| s)
     }
 
     /// Deletes the node; a node that is already gone counts as deleted. Retried on connection
     /// loss.
     pub fn delete(&self, path: &str) -> Result<()> {
-        paths::validate(path, false)?;
-        let full = self.full(path);
-        match self.run(path, Retry::OnConnectionLoss, move |zk| {
-            zk.delete(&full, None)
-        }) {
-            Ok(_) => Ok(()),
+        match self.delete_inner(path, -1, Retry::OnConnectionLoss) {
             Err(e) if e.is_no_node() => Ok(()),
-            Err(e) => Err(e),
+            other => other,
         }
     }
 
     /// Deletes the node only if it is at `version`. `NoNode` and `BadVersion` are reported.
     /// Not retried.
     pub fn delete_version(&self, path: &str, version: i32) -> Result<()> {
+        self.delete_inner(path, version, Retry::Never)
+    }
+
+    fn delete_inner(&self, path: &str, version: i32, retry: Retry) -> Result<()> {
         paths::validate(path, false)?;
         let full = self.full(path);
-        self.run(path, Retry::Never, move |zk| {
-            zk.delete(&full, Some(version))
-        })
-        .map(|_| ())
+        let req = Req::Delete {
+            path: &full,
+            version,
+        };
+        self.retried(path, retry, || self.request(path, &req).map(|_| ()))
+    }
+
+    /// The node's ACL and stat.
+    pub fn acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        self.read(
+            path,
+            None,
+            |p, _| Req::GetAcl {
+                path: p.to_owned().into(),
+            },
+            |r| {
+                let mut d = r.record();
+                Ok((d.acl()?, d.stat()?))
+            },
+        )
+    }
+
+    /// Replaces the node's ACL; with `version`, only if the ACL is still at that version
+    /// (`Stat::aversion`). Not retried.
+    pub fn set_acl(&self, path: &str, acl: &[Acl], version: Option<i32>) -> Result<Stat> {
+        paths::validate(path, false)?;
+        if acl.is_empty() {
+            return Err(Error::BadArguments("an ACL needs at least one entry".into()));
+        }
+        let full = self.full(path);
+        let req = Req::SetAcl {
+            path: &full,
+            acl,
+            version: version.unwrap_or(-1),
+        };
+        let (reply, _) = self.request(path, &req)?;
+        Ok(reply.record().stat()?)
+    }
+
+    /// Waits until the server this client is connected to has caught up with the leader for
+    /// `path`: reads after it see every write committed before it.
+    pub fn sync(&self, path: &str) -> Result<()> {
+        self.read(
+            path,
+            None,
+            |p, _| Req::Sync {
+                path: p.to_owned().into(),
+            },
+            |_| Ok(()),
+        )
+    }
+
+    /// Runs `ops` as one transaction: all of them or none. On failure, the error names the
+    /// first operation that failed (its code and path); nothing was applied. Not retried.
+    /// Reads are refused with `BadArguments`.
+    pub fn multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        if let Some(op) = ops.iter().find(|o| !o.is_write()) {
+            return Err(Error::BadArguments(format!(
+                "a transaction holds writes and checks only, not {op:?}"
+            )));
+        }
+        let full = self.validate_ops(ops)?;
+        let acl = &self.core.config.acl;
+        let subs: Vec<Req<'_>> = ops
+            .iter()
+            .zip(&full)
+            .map(|(op, p)| Req::from_op(op, p, acl))
+            .collect();
+        let req = Req::Multi(subs);
+        let (reply, _) = self.request(ops.first().map_or("/", Op::path), &req)?;
+        let prefix = &self.core.config.prefix;
+        let mut out = Vec::with_capacity(ops.len());
+        // The answer carries each operation's result, also when the transaction failed: the
+        // failed one has its code, the others 0 (before it) or -2 (after it).
+        for (i, r) in request::multi_results(&reply, ops.len())?.into_iter().enumerate() {
+            match r {
+                Ok(r) => out.push(r.stripped(prefix)),
+                Err(0) | Err(-2) => {}
+                Err(code) => return Err(Error::from_wire(code, ops[i].path())),
+            }
+        }
+        if out.len() != ops.len() {
+            return Err(Error::Protocol(
+                "a transaction failed without naming the operation".into(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Sends every operation before waiting for any answer (the server answers them in
+    /// order), then returns each one's result: one round trip for all of them. Unlike
+    /// [`multi`](Self::multi) they are independent: each may succeed or fail on its own. Not
+    /// retried.
+    pub fn pipeline(&self, ops: &[Op]) -> Result<Vec<Result<OpResult>>> {
+        let full = self.validate_ops(ops)?;
+        let acl = &self.core.config.acl;
+        let frames = ops
+            .iter()
+            .zip(&full)
+            .map(|(op, p)| (Req::from_op(op, p, acl).frame(), None))
+            .collect();
+        let tickets = self.send(frames)?;
+        let prefix = &self.core.config.prefix;
+        Ok(tickets
+            .into_iter()
+            .zip(ops)
+            .map(|(t, op)| {
+                let reply = match self.wait(t, op.path(), None) {
+                    Err(e) if e.is_no_node() && matches!(op, Op::Exists { .. }) => {
+                        return Ok(OpResult::Exists(None))
+                    }
+                    other => other?,
+                };
+                Ok(request::op_result(op, &reply)?.stripped(prefix))
+            })
+            .collect())
+    }
+
+    /// Validates every operation's path and data; returns the full paths.
+    fn validate_ops(&self, ops: &[Op]) -> Result<Vec<String>> {
+        ops.iter()
+            .map(|op| {
+                let sequential = matches!(op, Op::Create { mode, .. } if mode.is_sequential());
+                paths::validate(op.path(), sequential)?;
+                if let Op::Create { data, .. } | Op::SetData { data, .. } = op {
+                    check_data(data)?;
+                }
+                Ok(self.full(op.path()))
+            })
+            .collect()
+    }
+
+    /// Sets a persistent watch (ZooKeeper ≥ 3.6) that reports into `tx` until removed with
+    /// [`remove_watch`](Self::remove_watch); it survives reconnects, and ends with the session.
+    pub fn add_watch(&self, path: &str, mode: AddWatchMode, tx: &Sender<WatchEvent>) -> Result<()> {
+        let kind = match mode {
+            AddWatchMode::Persistent => WatchType::Persistent,
+            AddWatchMode::PersistentRecursive => WatchType::PersistentRecursive,
+        };
+        self.read(
+            path,
+            Some((kind, tx)),
+            |p, w| Req::AddWatch {
+                path: p.to_owned().into(),
+                watch: w,
+            },
+            |_| Ok(()),
+        )
+    }
+
+    /// Removes every watch at `path` that reports into `tx`. Where no other channel waits on
+    /// that watch, the server is told to drop it too.
+    pub fn remove_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<()> {
+        paths::validate(path, false)?;
+        let full = self.full(path);
+        for kind in self.core.forget_watch(&full, tx) {
+            let req = Req::RemoveWatches { path: &full, kind };
+            match self.request(path, &req) {
+                Ok(_) => {}
+                Err(e) if e.is_code(crate::ZkCode::NoWatcher) || e.is_no_node() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The identities the server has authenticated this connection as (ZooKeeper ≥ 3.7;
+    /// `Unimplemented` before).
+    pub fn who_am_i(&self) -> Result<Vec<ClientInfo>> {
+        let (reply, _) = self.request("/", &Req::WhoAmI)?;
+        Ok(request::client_infos(&reply)?)
+    }
+
+    /// The ephemeral nodes of this session whose paths start with `prefix` ("/" for all),
+    /// ZooKeeper ≥ 3.6.
+    pub fn ephemerals(&self, prefix: &str) -> Result<Vec<String>> {
+        let full = self.full(prefix);
+        let (reply, _) = self.request(prefix, &Req::GetEphemerals { prefix: &full })?;
+        let paths = reply.record().strs()?;
+        Ok(paths
+            .iter()
+            .map(|p| strip(&self.core.config.prefix, p))
+            .collect())
+    }
+
+    // ----- what the locks use -----
+
+    /// The client's retry policy.
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.core.config.retry
+    }
+
+    /// The ACL nodes get unless a recipe gives its own.
+    pub(crate) fn default_acl(&self) -> &[Acl] {
+        &self.core.config.acl
+    }
+
+    /// Waits for a live session until `deadline` (or the connection timeout) and returns it;
+    /// `Timeout` when a deadline was given and passed.
+    pub(crate) fn wait_session(&self, deadline: Option<Instant>, what: &str) -> Result<SessionId> {
+        let fallback = Instant::now() + self.core.config.connection_timeout;
+        match self.core.wait_connected(deadline.unwrap_or(fallback)) {
+            Ok(id) => Ok(id),
+            Err(Error::ConnectionLoss) if deadline.is_some() => {
+                Err(Error::timeout(format!("a session to {what}"), Duration::ZERO))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// True once the connection has been silent for a whole session timeout.
+    pub(crate) fn silent_too_long(&self) -> bool {
+        self.core.silent_too_long()
+    }
+
+    /// A token that is marked when `session` is lost (or suspended, with `lost_on_suspend`);
+    /// `None` if `session` is no longer the client's.
+    pub(crate) fn session_token(
+        &self,
+        session: SessionId,
+        lost_on_suspend: bool,
+    ) -> Option<Arc<token::SessionToken>> {
+        self.core.session_token(session, lost_on_suspend)
+    }
+
+    /// Creates an ephemeral sequential node whose name carries `marker`, for the locks; returns
+    /// its path and the session it was made under. Never retried: `ConnectionLoss` when the
+    /// answer is lost. At this handle's deadline a create still on the wire is handed to the
+    /// janitor, which removes whatever it makes, and the caller gets `Timeout`.
+    pub(crate) fn create_protected(
+        &self,
+        path: &str,
+        data: &[u8],
+        marker: &str,
+        acl: &[Acl],
+    ) -> Result<(String, SessionId)> {
+        paths::validate(path, true)?;
+        check_data(data)?;
+        let full = self.full(path);
+        let req = Req::Create {
+            path: &full,
+            data,
+            acl,
+            mode: CreateMode::EphemeralSequential,
+        };
+        let ticket = self
+            .send(vec![(req.frame(), None)])?
+            .pop()
+            .ok_or(Error::ConnectionLoss)?;
+        let session = ticket.session;
+        if let Some(d) = self.deadline {
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                wait_ready(&ticket.answer, d)
+            {
+                self.core.job(Job::Chore(Chore::Await {
+                    answer: ticket.answer,
+                    then: Then::Created {
+                        parent: paths::parent(path).unwrap_or("/").to_owned(),
+                        marker: marker.to_owned(),
+                    },
+                    session,
+                }));
+                return Err(Error::timeout(format!("the create of {path}"), Duration::ZERO));
+            }
+        }
+        let reply = self.wait(ticket, path, None)?;
+        let (created, _) = request::created(&reply)?;
+        Ok((strip(&self.core.config.prefix, &created), session))
+    }
+
+    /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what
+    /// cannot finish by then is finished by the janitor while the session lives.
+    pub(crate) fn remove_own(&self, path: &str, session: SessionId) {
+        let chore = Chore::Delete {
+            path: path.to_owned(),
+            session,
+        };
+        if paths::validate(path, false).is_err() || self.session_id() != Some(session) {
+            return;
+        }
+        let full = self.full(path);
+        let req = Req::Delete {
+            path: &full,
+            version: -1,
+        };
+        let ticket = match self.send(vec![(req.frame(), None)]) {
+            Ok(mut t) => match t.pop() {
+                Some(t) => t,
+                None => return self.core.job(Job::Chore(chore)),
+            },
+            Err(_) => return self.core.job(Job::Chore(chore)),
+        };
+        let answered = match self.deadline {
+            Some(d) => wait_ready(&ticket.answer, d).is_ok(),
+            None => true,
+        };
+        if !answered {
+            return self.core.job(Job::Chore(Chore::Await {
+                answer: ticket.answer,
+                then: Then::Deleted {
+                    path: path.to_owned(),
+                },
+                session,
+            }));
+        }
+        match self.wait(ticket, path, None) {
+            Ok(_) => {}
+            Err(e) if e.is_no_node() => {}
+            Err(_) => self.core.job(Job::Chore(chore)),
+        }
+    }
+
+    /// Hands the janitor the removal of every child of `parent` carrying `marker`.
+    pub(crate) fn remove_marked_later(&self, parent: &str, marker: &str, session: SessionId) {
+        self.core.job(Job::Chore(Chore::DeleteMarked {
+            parent: parent.to_owned(),
+            marker: marker.to_owned(),
+            session,
+        }));
+    }
+
+    /// Takes `tx` off the watches at `path` (a waiter that gives up).
+    pub(crate) fn forget_watch(&self, path: &str, tx: &Sender<WatchEvent>) {
+        self.core.forget_watch(&self.full(path), tx);
     }
 
     /// Test hook: the current session's id and password, as a second client would need them to
@@ -764,54 +1072,36 @@ impl Client {
     #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn testing_session_credentials(&self) -> Option<(SessionId, Vec<u8>)> {
-        let status = self.core().status.lock();
-        status.session.as_ref().map(|s| (s.id, s.passwd.clone()))
+        self.core.session_credentials()
     }
 
-    /// Test hook: how many transport instances this client has built (more than one means
-    /// the transport gave up or died and was replaced).
+    /// Test hook: how many watchers the client's registry holds.
     #[cfg(feature = "testing")]
     #[doc(hidden)]
-    pub fn testing_transport_instances(&self) -> u64 {
-        self.core()
-            .instances
-            .load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Test hook: makes the transport's io thread die the way its own bugs kill it.
-    #[cfg(feature = "testing")]
-    #[doc(hidden)]
-    pub fn testing_break_transport(&self) {
-        self.core().break_transport();
+    pub fn testing_watch_count(&self) -> usize {
+        self.core.watch_count()
     }
 }
 
-/// The transport-side watcher: reports into `tx`, with `prefix` removed from the path. Runs on
-/// the transport's event thread, so it only does a non-blocking send; it holds no client handle,
-/// so the client's last handle is never dropped on a transport thread.
-#[derive(Clone)]
-struct ChannelWatcher {
-    prefix: String,
-    tx: Sender<WatchEvent>,
-    delivered: Arc<std::sync::atomic::AtomicU64>,
+/// Waits until `rx` has a message, without taking it.
+fn wait_ready<T>(
+    rx: &crossbeam_channel::Receiver<T>,
+    deadline: Instant,
+) -> std::result::Result<(), crossbeam_channel::RecvTimeoutError> {
+    let mut sel = crossbeam_channel::Select::new();
+    sel.recv(rx);
+    match sel.ready_deadline(deadline) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(crossbeam_channel::RecvTimeoutError::Timeout),
+    }
 }
 
-impl zookeeper::Watcher for ChannelWatcher {
-    fn handle(&self, e: WatchedEvent) {
-        let kind = match e.event_type {
-            WatchedEventType::NodeCreated => WatchKind::Created,
-            WatchedEventType::NodeDeleted => WatchKind::Deleted,
-            WatchedEventType::NodeDataChanged => WatchKind::DataChanged,
-            WatchedEventType::NodeChildrenChanged => WatchKind::ChildrenChanged,
-            _ => WatchKind::Other,
-        };
-        let path = e
-            .path
-            .map(|p| Client::strip(&self.prefix, &p))
-            .unwrap_or_default();
-        self.delivered
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.tx.send(WatchEvent { kind, path });
+/// `full` without the client's chroot and namespace.
+pub(crate) fn strip(prefix: &str, full: &str) -> String {
+    match full.strip_prefix(prefix) {
+        Some("") => "/".to_owned(),
+        Some(rest) if !prefix.is_empty() && rest.starts_with('/') => rest.to_owned(),
+        _ => full.to_owned(),
     }
 }
 
@@ -843,8 +1133,9 @@ mod tests {
 
     #[test]
     fn prefix_is_stripped_from_returned_paths() {
-        assert_eq!(Client::strip("/ns", "/ns/a"), "/a");
-        assert_eq!(Client::strip("/ns", "/ns"), "/");
-        assert_eq!(Client::strip("", "/a"), "/a");
+        assert_eq!(strip("/ns", "/ns/a"), "/a");
+        assert_eq!(strip("/ns", "/ns"), "/");
+        assert_eq!(strip("", "/a"), "/a");
+        assert_eq!(strip("/ns", "/nsx"), "/nsx");
     }
 }

@@ -1,57 +1,46 @@
-//! The session core: one supervisor thread that turns what the transport and the relay report
-//! into CONNECTED / SUSPENDED / RECONNECTED / LOST, a heartbeat that notices a silent
-//! connection, and the gate every request passes through.
+//! The session layer: one I/O thread owns the connection's read side, the handshake and its
+//! auth and watch replay, pings, and the state machine CONNECTED / SUSPENDED / RECONNECTED /
+//! LOST. It uses the connection layer ([`Outbox`], [`FrameReader`]) and nothing above it.
+//!
+//! A connection is dead when no byte has come for two thirds of the negotiated timeout (pings
+//! go out after a third of that without a send); its requests then fail with
+//! `ConnectionLoss`, the state is SUSPENDED, and the next host is tried. The session is LOST
+//! when the server says it expired, or when no server took it back within a whole session
+//! timeout of silence; the client then asks the server to close it (so its ephemeral nodes go
+//! now) and builds a new one.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, info, warn};
-use parking_lot::{Condvar, Mutex, RwLock};
-use zookeeper::{ZkResult, ZkState, ZooKeeper};
+use parking_lot::{Condvar, Mutex};
 
-use super::executor::{Executor, RunError};
-use super::janitor::{self, Chore, Chores};
-use super::relay::{Relay, RelayEvent};
-use super::state::{ConnectionState, SessionId, StateEvent, Subscribers, Subscription};
+use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox};
+use super::janitor::{self, Job};
+use super::proto::{
+    self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
+};
+use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
+use super::types::WatchEvent;
+use super::watches::{Registry, WatchType};
 use super::Config;
+use crate::connect_string::HostPort;
 use crate::error::{Error, Result};
-
-/// A crate instance that reported no connection for this long, although the crate retries a
-/// connection at least every 2 s, has lost its io thread (it panics on some inputs).
-const DEAD_INSTANCE: Duration = Duration::from_secs(5);
-
-fn auth_failed() -> Error {
-    Error::ZooKeeper {
-        code: zookeeper::ZkError::AuthFailed,
-        path: String::new(),
-    }
-}
+use crate::session_id::SessionId;
 
 /// Longest wait for the server to confirm a close-session on shutdown.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
-
-/// Messages to the supervisor.
-pub(crate) enum Msg {
-    /// A state change reported by crate instance `generation`.
-    Crate {
-        generation: u64,
-        state: ZkState,
-    },
-    Relay(RelayEvent),
-    BeatStarted {
-        seq: u64,
-        at: Instant,
-    },
-    BeatDone {
-        seq: u64,
-    },
-    Stop,
-}
+/// The pause after every host was tried once in vain doubles from here...
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+/// ...up to this.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// The wire code of `NoNode`, for which an `exists` still sets its watch.
+const NO_NODE: i32 = -101;
 
 /// The live (or suspended) session.
 #[derive(Clone)]
@@ -70,146 +59,116 @@ pub(crate) enum Phase {
     Closed,
 }
 
-pub(crate) struct Status {
-    pub phase: Phase,
-    pub session: Option<Session>,
-    /// Relay connection on which the session was last confirmed. A request is known to have
-    /// run under `session` only if no other connection was opened between its send and its
-    /// answer.
-    pub epoch: u64,
-    /// The latest send time of a request the server answered under `session`.
-    pub last_ok_sent: Option<Instant>,
+struct Status {
+    phase: Phase,
+    session: Option<Session>,
+    /// The latest send time of a request or ping the server answered under `session`.
+    last_ok_sent: Option<Instant>,
     /// Since when no connection has carried a live session (set on SUSPENDED, kept through
-    /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session timeout.
-    pub silent_since: Option<Instant>,
-    /// The server refused our credentials: every call fails at once instead of waiting for a
-    /// connection that will never be allowed.
-    pub auth_failed: bool,
-}
-
-impl Status {
-    /// When waiting for a connection stops making sense: a session timeout after silence began.
-    fn give_up_at(&self, config_timeout: Duration) -> Option<Instant> {
-        let timeout = self.session.as_ref().map_or(config_timeout, |s| s.timeout);
-        self.silent_since.map(|since| since + timeout)
-    }
-}
-
-/// What a call passed through the gate learned about where it ran.
-pub(crate) struct Attempt {
-    /// The answer came back on the connection the call was sent on, so it ran under
-    /// `session`.
-    pub same_connection: bool,
-    pub session: SessionId,
+    /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session
+    /// timeout.
+    silent_since: Option<Instant>,
+    /// The server refused our credentials: every call fails at once.
+    auth_failed: bool,
 }
 
 /// What the client counts for [`ClientMetrics`](super::ClientMetrics).
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub requests: std::sync::atomic::AtomicU64,
-    pub watch_events: Arc<std::sync::atomic::AtomicU64>,
+    pub requests: AtomicU64,
+    pub watch_events: AtomicU64,
 }
 
-impl Counters {
-    pub fn count_request(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// State shared by every `Client` handle and the client's own threads.
+/// State shared by every `Client` handle and the client's two threads.
 pub(crate) struct Core {
     pub config: Config,
-    pub relay: Relay,
-    executor: Executor,
-    zk: RwLock<Option<Arc<ZooKeeper>>>,
-    pub status: Mutex<Status>,
+    pub outbox: Outbox,
+    watches: Mutex<Registry>,
+    status: Mutex<Status>,
     status_changed: Condvar,
     subscribers: Subscribers,
-    tx: Sender<Msg>,
-    rx: Receiver<Msg>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-    stop_heartbeat: Mutex<Option<Sender<()>>>,
-    closed: AtomicBool,
-    /// Transport instances built so far (tests read it to see that one was replaced).
-    pub instances: std::sync::atomic::AtomicU64,
     /// Tokens of things held under a session, marked when that session is lost.
     tokens: Mutex<Vec<Weak<SessionToken>>>,
     pub counters: Counters,
-    chores: Chores,
-    stop_janitor: Mutex<Option<Sender<()>>>,
+    last_zxid: AtomicI64,
+    epochs: AtomicU64,
+    jobs: Sender<Job>,
+    /// Dropped on shutdown, which wakes the I/O thread from a pause between attempts.
+    stop: Mutex<Option<Sender<()>>>,
+    stopped: Receiver<()>,
+    /// The socket of a handshake in progress, so that shutdown can cut it.
+    connecting: Mutex<Option<TcpStream>>,
+    /// A session the client declared lost while the server may still keep it: closed on the
+    /// next connection, so that its ephemeral nodes go now rather than at its expiry.
+    to_close: Mutex<Option<Session>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+/// Why a connection attempt gave no usable connection.
+enum Dial {
+    /// The server said the session expired (LOST is published): build a new one at once.
+    Expired,
+    AuthFailed,
+    Failed(String),
+}
+
+impl From<std::io::Error> for Dial {
+    fn from(e: std::io::Error) -> Dial {
+        Dial::Failed(e.to_string())
+    }
+}
+
+/// A connection ready for requests, as the I/O thread keeps it.
+struct Conn {
+    stream: TcpStream,
+    reader: FrameReader,
+    epoch: u64,
+    timeout: Duration,
 }
 
 impl Core {
-    /// Starts the relay, the first crate instance, the supervisor and the heartbeat.
+    /// Starts the I/O thread (which connects) and the event thread.
     pub fn start(config: Config) -> Result<Arc<Core>> {
-        let (tx, rx) = unbounded();
-        let (chores, chores_rx) = unbounded();
-        let relay_tx = tx.clone();
-        let relay = Relay::start(
-            config.connect.hosts.clone(),
-            config.auth.clone(),
-            config.connection_timeout,
-            config.session_timeout,
-            Arc::new(move |e| {
-                let _ = relay_tx.send(Msg::Relay(e));
-            }),
-        )
-        .map_err(|e| Error::BadArguments(format!("cannot open a loopback relay port: {e}")))?;
+        let (jobs, jobs_rx) = unbounded();
+        let (stop, stopped) = unbounded();
         let core = Arc::new(Core {
             config,
-            relay,
-            executor: Executor::new(),
-            zk: RwLock::new(None),
+            outbox: Outbox::new(),
+            watches: Mutex::new(Registry::default()),
             status: Mutex::new(Status {
                 phase: Phase::Connecting,
                 session: None,
-                epoch: 0,
                 last_ok_sent: None,
                 silent_since: None,
                 auth_failed: false,
             }),
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
-            tx,
-            rx,
-            threads: Mutex::new(Vec::new()),
-            stop_heartbeat: Mutex::new(None),
-            closed: AtomicBool::new(false),
-            instances: std::sync::atomic::AtomicU64::new(0),
             tokens: Mutex::new(Vec::new()),
             counters: Counters::default(),
-            chores,
-            stop_janitor: Mutex::new(None),
+            last_zxid: AtomicI64::new(0),
+            epochs: AtomicU64::new(0),
+            jobs,
+            stop: Mutex::new(Some(stop)),
+            stopped,
+            connecting: Mutex::new(None),
+            to_close: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         });
-        let mut supervisor = Supervisor {
-            core: core.clone(),
-            generation: 0,
-            handshake: None,
-            suspended_since: None,
-            connection_down_since: None,
-            beat: None,
-            replace_at: None,
-        };
-        supervisor.replace_instance();
-        let (stop_tx, stop_rx) = unbounded();
-        *core.stop_heartbeat.lock() = Some(stop_tx);
-        let (stop_janitor, janitor_stop_rx) = unbounded();
-        *core.stop_janitor.lock() = Some(stop_janitor);
         let spawned = [
-            thread::Builder::new()
-                .name("zk-supervisor".into())
-                .spawn(move || supervisor.run()),
             {
                 let c = core.clone();
                 thread::Builder::new()
-                    .name("zk-heartbeat".into())
-                    .spawn(move || heartbeat(c, stop_rx))
+                    .name("zk-io".into())
+                    .spawn(move || c.io_main())
             },
             {
                 let c = core.clone();
                 thread::Builder::new()
-                    .name("zk-janitor".into())
-                    .spawn(move || janitor::run(c, chores_rx, janitor_stop_rx))
+                    .name("zk-events".into())
+                    .spawn(move || janitor::run(c, jobs_rx))
             },
         ];
         for handle in spawned {
@@ -228,17 +187,19 @@ impl Core {
         self.subscribers.subscribe()
     }
 
+    /// Sends work to the event thread.
+    pub fn job(&self, job: Job) {
+        let _ = self.jobs.send(job);
+    }
+
+    /// Publishes a state change; called under the status lock, so whoever saw the new state
+    /// in the status and subscribed after that does not receive its event as news.
     fn publish(&self, state: ConnectionState, session_id: SessionId) {
         match state {
             ConnectionState::Lost => warn!("session {session_id} lost"),
             ConnectionState::Suspended => warn!("session {session_id} suspended"),
             _ => info!("session {session_id}: {state:?}"),
         }
-        let event = StateEvent {
-            state,
-            session_id,
-            at: Instant::now(),
-        };
         self.tokens.lock().retain(|t| match t.upgrade() {
             Some(token) => {
                 let lost = match state {
@@ -257,100 +218,70 @@ impl Core {
             }
             None => false,
         });
-        self.subscribers.publish(event);
+        self.subscribers.publish(StateEvent {
+            state,
+            session_id,
+            at: Instant::now(),
+        });
     }
 
-    /// Waits until a request can be sent under a live session, at most until `until`.
-    /// Returns the transport, the session and the relay connection the request will use.
-    fn gate(&self, until: Instant) -> Result<(Arc<ZooKeeper>, SessionId, u64)> {
-        let mut status = self.status.lock();
-        let until = status
-            .give_up_at(self.config.session_timeout)
-            .map_or(until, |g| g.min(until));
-        loop {
-            if status.auth_failed {
-                return Err(auth_failed());
-            }
-            match status.phase {
-                Phase::Closed => return Err(Error::Closed),
-                Phase::Connected => {
-                    let epoch = self.relay.epoch();
-                    if let (Some(s), true) = (&status.session, epoch == status.epoch) {
-                        if let Some(zk) = self.zk.read().clone() {
-                            return Ok((zk, s.id, epoch));
-                        }
-                    }
-                    // A new connection is being opened; the supervisor will say which
-                    // session it carries in a moment.
-                    let slice = (Instant::now() + Duration::from_millis(5)).min(until);
-                    if self
-                        .status_changed
-                        .wait_until(&mut status, slice)
-                        .timed_out()
-                        && Instant::now() >= until
-                    {
-                        return Err(Error::ConnectionLoss);
-                    }
-                }
-                Phase::Connecting | Phase::Suspended => {
-                    if self
-                        .status_changed
-                        .wait_until(&mut status, until)
-                        .timed_out()
-                    {
-                        return Err(Error::ConnectionLoss);
-                    }
-                }
-            }
-        }
+    // ----- what the client reads of the session -----
+
+    pub fn phase(&self) -> Phase {
+        self.status.lock().phase
     }
 
-    /// Sends one request through the gate. With a `deadline` the request runs on a worker and
-    /// the caller stops waiting at the deadline; without one it runs on the caller's thread.
-    pub fn call<T, F>(&self, deadline: Option<Instant>, f: F) -> Result<(ZkResult<T>, Attempt)>
-    where
-        T: Send + 'static,
-        F: FnOnce(&ZooKeeper) -> ZkResult<T> + Send + 'static,
-    {
-        let gate_until = Instant::now() + self.config.connection_timeout;
-        let gate_until = deadline.map_or(gate_until, |d| d.min(gate_until));
-        let (zk, session, epoch) = self.gate(gate_until)?;
-        let sent = Instant::now();
-        let result = match deadline {
-            None => f(&zk),
-            Some(d) => match self.executor.run(d, move || f(&zk)) {
-                Ok(r) => r,
-                Err(RunError::Deadline) => {
-                    return Err(Error::timeout(
-                        "a ZooKeeper reply",
-                        d.saturating_duration_since(sent),
-                    ))
-                }
-                Err(RunError::Stopped) => return Err(Error::Closed),
-            },
-        };
-        let same_connection = self.relay.epoch() == epoch;
-        if result.is_ok() && same_connection {
-            let mut status = self.status.lock();
-            if status.session.as_ref().is_some_and(|s| s.id == session) {
-                status.last_ok_sent = Some(status.last_ok_sent.map_or(sent, |t| t.max(sent)));
-            }
-        }
-        Ok((
-            result,
-            Attempt {
-                same_connection,
-                session,
-            },
-        ))
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.status.lock().session.as_ref().map(|s| s.id)
     }
 
-    /// Blocks until connected or `until`; returns the session.
+    /// The granted timeout of the current session, else the requested one.
+    pub fn session_timeout(&self) -> Duration {
+        self.status
+            .lock()
+            .session
+            .as_ref()
+            .map_or(self.config.session_timeout, |s| s.timeout)
+    }
+
+    pub fn session_valid_until(&self) -> Option<Instant> {
+        let status = self.status.lock();
+        let session = status.session.as_ref()?;
+        status.last_ok_sent.map(|sent| sent + session.timeout)
+    }
+
+    #[cfg(feature = "testing")]
+    pub fn session_credentials(&self) -> Option<(SessionId, Vec<u8>)> {
+        let status = self.status.lock();
+        status.session.as_ref().map(|s| (s.id, s.passwd.clone()))
+    }
+
+    /// When waiting for a connection stops making sense: a session timeout after silence
+    /// began.
+    pub fn give_up_at(&self) -> Option<Instant> {
+        let status = self.status.lock();
+        let timeout = status
+            .session
+            .as_ref()
+            .map_or(self.config.session_timeout, |s| s.timeout);
+        status.silent_since.map(|since| since + timeout)
+    }
+
+    /// True once the connection has been silent for a whole session timeout.
+    pub fn silent_too_long(&self) -> bool {
+        self.give_up_at().is_some_and(|g| Instant::now() >= g)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Blocks until connected or `until`; returns the session. `ConnectionLoss` at `until`.
     pub fn wait_connected(&self, until: Instant) -> Result<SessionId> {
         let mut status = self.status.lock();
         loop {
             if status.auth_failed {
-                return Err(auth_failed());
+                return Err(Error::auth_failed());
             }
             match (&status.phase, &status.session) {
                 (Phase::Closed, _) => return Err(Error::Closed),
@@ -366,75 +297,6 @@ impl Core {
                 }
             }
         }
-    }
-
-    /// Closes the session (when it is live), stops every thread of this client and waits for
-    /// them. Idempotent.
-    pub fn shutdown(&self) {
-        if self.closed.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        if let Some(stop) = self.stop_heartbeat.lock().take() {
-            let _ = stop.send(());
-        }
-        if let Some(stop) = self.stop_janitor.lock().take() {
-            let _ = stop.send(());
-        }
-        let _ = self.tx.send(Msg::Stop);
-        // [supervisor, heartbeat, janitor]; the heartbeat and the janitor may sit in a call on
-        // a silent connection until the relay stops below, so they are joined last.
-        let mut threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
-        let late: Vec<_> = if threads.len() > 1 {
-            threads.split_off(1)
-        } else {
-            Vec::new()
-        };
-        for t in threads {
-            let _ = t.join();
-        }
-        let live = self.status.lock().phase == Phase::Connected;
-        let zk = self.zk.write().take();
-        if let Some(zk) = zk {
-            let closer = zk.clone();
-            // Closing the session makes its ephemeral nodes go now, not at expiry. A server
-            // that does not answer within a few seconds gets no longer: the session then ends
-            // by expiring.
-            let deadline = Instant::now() + self.config.connection_timeout.min(CLOSE_WAIT);
-            let closed_cleanly = live
-                && matches!(
-                    self.executor.run(deadline, move || closer.close()),
-                    Ok(Ok(()))
-                );
-            if !closed_cleanly {
-                // The crate instance still runs its reconnect loop; make it end itself.
-                self.relay.poison();
-                self.relay.cut_all();
-                let until = Instant::now() + Duration::from_secs(4);
-                while let Some(left) = until.checked_duration_since(Instant::now()) {
-                    match self.rx.recv_timeout(left) {
-                        Ok(Msg::Crate {
-                            state: ZkState::Closed,
-                            ..
-                        })
-                        | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
-            }
-            drop(zk);
-        }
-        {
-            let mut status = self.status.lock();
-            status.phase = Phase::Closed;
-            self.status_changed.notify_all();
-        }
-        self.relay.stop();
-        for h in late {
-            let _ = h.join();
-        }
-        self.executor.stop();
-        self.subscribers.clear();
-        debug!("client closed");
     }
 
     /// A token for something held under `session`; `None` if that is no longer the client's
@@ -460,411 +322,453 @@ impl Core {
         Some(token)
     }
 
-    pub fn is_connected(&self) -> bool {
-        self.status.lock().phase == Phase::Connected
+    /// Takes `tx` off every watch at `path` (a server path); returns the kinds now without a
+    /// watcher.
+    pub fn forget_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Vec<WatchType> {
+        self.watches.lock().remove(path, tx)
     }
 
-    pub fn session_id(&self) -> Option<SessionId> {
-        self.status.lock().session.as_ref().map(|s| s.id)
+    /// Cancels a watch whose caller stopped waiting for the answer.
+    pub fn cancel_watch(&self, reg: &super::watches::WatchReg) {
+        self.watches.lock().cancel(reg);
     }
 
-    /// Hands work to the janitor.
-    pub fn chore(&self, chore: Chore) {
-        let _ = self.chores.send(chore);
-    }
-
-    /// Like [`call`](Self::call) with a deadline for the gate only: the request is started on a
-    /// worker and its result arrives on the returned channel, which a caller that stops waiting
-    /// can hand to the janitor.
-    pub fn call_detached<T, F>(
-        &self,
-        gate_until: Instant,
-        f: F,
-    ) -> Result<(Receiver<ZkResult<T>>, SessionId, u64)>
-    where
-        T: Send + 'static,
-        F: FnOnce(&ZooKeeper) -> ZkResult<T> + Send + 'static,
-    {
-        let (zk, session, epoch) = self.gate(gate_until)?;
-        let rx = self
-            .executor
-            .submit(move || f(&zk))
-            .map_err(|_| Error::Closed)?;
-        Ok((rx, session, epoch))
-    }
-
-    /// The relay's connection count, to compare with the epoch a detached call started on.
-    pub fn epoch(&self) -> u64 {
-        self.relay.epoch()
-    }
-
-    /// True once the connection has been silent for a whole session timeout.
-    pub fn silent_too_long(&self) -> bool {
-        self.status
-            .lock()
-            .give_up_at(self.config.session_timeout)
-            .is_some_and(|g| Instant::now() >= g)
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
-    }
-
-    /// Test hook: see [`Relay::inject_stray_reply`].
+    /// Watchers registered, all kinds.
     #[cfg(feature = "testing")]
-    pub fn break_transport(&self) {
-        self.relay.inject_stray_reply();
+    pub fn watch_count(&self) -> usize {
+        self.watches.lock().len()
     }
-}
 
-struct Handshake {
-    epoch: u64,
-    session: Session,
-    sent_at: Instant,
-}
+    // ----- the I/O thread -----
 
-struct Supervisor {
-    core: Arc<Core>,
-    generation: u64,
-    /// The latest session the relay saw granted, not yet confirmed by the crate.
-    handshake: Option<Handshake>,
-    suspended_since: Option<Instant>,
-    connection_down_since: Option<Instant>,
-    beat: Option<(u64, Instant)>,
-    /// When a crate instance could not be built, when to try again.
-    replace_at: Option<Instant>,
-}
-
-impl Supervisor {
-    fn run(mut self) {
-        loop {
-            let wake = self.next_deadline();
-            let msg = select! {
-                recv(self.core.rx) -> m => m.ok(),
-                default(wake.saturating_duration_since(Instant::now())) => None,
+    fn io_main(self: Arc<Core>) {
+        let mut hosts = self.config.connect.hosts.clone();
+        // Spread clients over the ensemble: start at a host that depends on the clock.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as usize);
+        let start = nanos % hosts.len().max(1);
+        hosts.rotate_left(start);
+        let mut failures = 0u32;
+        let mut next = 0usize;
+        while !self.is_closed() {
+            self.check_silence();
+            let Some(host) = hosts.get(next % hosts.len().max(1)).cloned() else {
+                return;
             };
-            match msg {
-                Some(Msg::Stop) => return,
-                Some(m) => self.handle(m),
-                None => {}
+            next += 1;
+            match self.handshake(&host, hosts.len()) {
+                Ok(conn) => {
+                    failures = 0;
+                    self.serve(conn);
+                }
+                Err(Dial::Expired) => {}
+                Err(Dial::AuthFailed) => {
+                    warn!("the server refused the credentials; the client stops connecting");
+                    {
+                        let mut status = self.status.lock();
+                        status.auth_failed = true;
+                        self.status_changed.notify_all();
+                    }
+                    self.outbox.shut(Error::auth_failed());
+                    let _ = self.stopped.recv();
+                    return;
+                }
+                Err(Dial::Failed(why)) => {
+                    debug!("no connection to {}:{}: {why}", host.host, host.port);
+                    failures += 1;
+                    if failures as usize % hosts.len().max(1) == 0 {
+                        let round = failures / hosts.len().max(1) as u32;
+                        let pause = FIRST_PAUSE
+                            .saturating_mul(1 << round.min(10))
+                            .min(MAX_PAUSE);
+                        let pause = match self.lost_at() {
+                            Some(at) => pause.min(at.saturating_duration_since(Instant::now())),
+                            None => pause,
+                        };
+                        // Waits for the next attempt's time, or for shutdown.
+                        let _ = self.stopped.recv_timeout(pause);
+                    }
+                }
             }
-            self.check_timers();
         }
     }
 
-    fn session_timeout(&self) -> Duration {
-        let status = self.core.status.lock();
-        status
-            .session
+    /// When the suspended session is to be declared lost.
+    fn lost_at(&self) -> Option<Instant> {
+        let status = self.status.lock();
+        match (&status.phase, &status.session, status.silent_since) {
+            (Phase::Suspended, Some(s), Some(since)) => Some(since + s.timeout),
+            _ => None,
+        }
+    }
+
+    fn check_silence(&self) {
+        if self.lost_at().is_some_and(|at| Instant::now() >= at) {
+            if let Some(id) = self.session_id() {
+                self.lose(id, "no server took it back within the session timeout", true);
+            }
+        }
+    }
+
+    /// Registers the handshake socket for shutdown; false if the client is closing.
+    fn track_connecting(&self, s: &TcpStream) -> bool {
+        *self.connecting.lock() = s.try_clone().ok();
+        !self.is_closed()
+    }
+
+    /// Opens a connection to `host`, attaches a session (the live one if there is one) and
+    /// makes it ready for requests: credentials, then the watches to restore.
+    fn handshake(&self, host: &HostPort, hosts: usize) -> std::result::Result<Conn, Dial> {
+        let resume = self.status.lock().session.clone();
+        let timeout = resume
             .as_ref()
-            .map_or(self.core.config.session_timeout, |s| s.timeout)
-    }
-
-    fn beat_timeout(&self) -> Duration {
-        (self.session_timeout() / 3).max(Duration::from_millis(100))
-    }
-
-    fn next_deadline(&self) -> Instant {
-        let mut next = Instant::now() + Duration::from_millis(250);
-        if let Some((_, at)) = self.beat {
-            next = next.min(at + self.beat_timeout());
+            .map_or(self.config.session_timeout, |s| s.timeout);
+        // As the Java client does: the hosts share a session timeout, so that a silent one
+        // cannot keep us from the others until the session is gone.
+        let per_attempt = self
+            .config
+            .connection_timeout
+            .min((timeout / hosts.max(1) as u32).max(Duration::from_millis(100)));
+        let mut until = Instant::now() + per_attempt;
+        if let Some(at) = self.lost_at() {
+            until = until.min(at);
         }
-        if let Some(since) = self.suspended_since {
-            next = next.min(since + self.session_timeout());
-        }
-        if let Some(at) = self.replace_at {
-            next = next.min(at);
-        }
-        next
-    }
-
-    fn handle(&mut self, msg: Msg) {
-        match msg {
-            Msg::Relay(e) => self.on_relay(e),
-            Msg::Crate { generation, state } if generation == self.generation => {
-                self.on_crate(state)
-            }
-            Msg::Crate { generation, state } => {
-                debug!("ignoring {state:?} from retired crate instance {generation}")
-            }
-            Msg::BeatStarted { seq, at } => self.beat = Some((seq, at)),
-            Msg::BeatDone { seq } => {
-                if self.beat.is_some_and(|(s, _)| s == seq) {
-                    self.beat = None;
-                }
-            }
-            Msg::Stop => {}
-        }
-    }
-
-    fn on_relay(&mut self, event: RelayEvent) {
-        match event {
-            RelayEvent::Accepted { epoch } => {
-                self.connection_down_since = None;
-                let current = self.core.status.lock().epoch;
-                if epoch > current {
-                    self.suspend("the transport opened a new connection");
-                }
-            }
-            RelayEvent::Session {
-                epoch,
-                id,
-                timeout,
-                passwd,
-                sent_at,
-            } => {
-                let id = SessionId(id);
-                let known = self.core.status.lock().session.as_ref().map(|s| s.id);
-                if let Some(old) = known.filter(|old| *old != id) {
-                    self.lose(
-                        old,
-                        "the server gave the connection a different session",
-                        false,
-                    );
-                }
-                self.handshake = Some(Handshake {
-                    epoch,
-                    session: Session {
-                        id,
-                        timeout,
-                        passwd,
-                    },
-                    sent_at,
-                });
-            }
-            RelayEvent::Expired { epoch, id } => {
-                debug!("connection {epoch}: the server says session {id:#x} expired");
-                let known = self.core.status.lock().session.as_ref().map(|s| s.id);
-                if known == Some(SessionId(id)) {
-                    self.lose(SessionId(id), "the server reported it expired", false);
-                }
-            }
-            RelayEvent::AuthFailed { epoch, code } => {
-                warn!("connection {epoch}: the server refused the credentials (error {code})");
-                let mut status = self.core.status.lock();
-                status.auth_failed = true;
-                self.core.status_changed.notify_all();
-            }
-            RelayEvent::Unreachable { epoch, error } => {
-                debug!("connection {epoch}: no ZooKeeper server reachable: {error}")
-            }
-            RelayEvent::Closed { epoch } => {
-                let current = self.core.status.lock().epoch;
-                if epoch >= current {
-                    self.connection_down_since.get_or_insert_with(Instant::now);
-                    self.suspend("the connection closed");
-                }
+        if let Some(old) = self.to_close.lock().take() {
+            match dial(&host.host, host.port, until)
+                .and_then(|s| self.track_connecting(&s).then_some(s).ok_or(Closing.into()))
+                .and_then(|mut s| close_session(&mut s, old.id, &old.passwd, until))
+            {
+                Ok(closed) => debug!("closed lost session {} on the server: {closed}", old.id),
+                Err(e) => debug!("could not close lost session {}: {e}", old.id),
             }
         }
-    }
-
-    fn on_crate(&mut self, state: ZkState) {
-        debug!("crate instance {} reports {state:?}", self.generation);
-        match state {
-            ZkState::Connected | ZkState::ConnectedReadOnly => self.on_connected(),
-            // `NotConnected` is deprecated in the crate but still what it reports on a hang-up.
-            #[allow(deprecated)]
-            ZkState::Connecting | ZkState::NotConnected => {
-                self.suspend("the transport disconnected")
-            }
-            ZkState::AuthFailed => {
-                warn!("the server refused authentication");
-                self.suspend("authentication failed");
-            }
-            ZkState::Closed => {
-                self.suspend("the transport gave up");
-                self.replace_instance();
-            }
-            _ => {}
+        let mut stream = dial(&host.host, host.port, until)?;
+        if !self.track_connecting(&stream) {
+            return Err(Dial::Failed("closing".into()));
         }
-    }
-
-    fn on_connected(&mut self) {
-        let Some(h) = self.handshake.take() else {
-            debug!("transport connected without a handshake seen; waiting for the next");
-            return;
+        bound(&stream, until)?;
+        let sent_at = Instant::now();
+        let request = ConnectRequest {
+            last_zxid_seen: self.last_zxid.load(Ordering::SeqCst),
+            timeout_ms: i32::try_from(self.config.session_timeout.as_millis()).unwrap_or(i32::MAX),
+            session_id: resume.as_ref().map_or(0, |s| s.id.0),
+            passwd: resume
+                .as_ref()
+                .map_or_else(|| vec![0; 16], |s| s.passwd.clone()),
+            read_only: self.config.allow_read_only,
         };
-        self.suspended_since = None;
-        self.connection_down_since = None;
-        {
-            // Published under the status lock, so that whoever saw this state in the status
-            // and subscribed after that does not receive its event as news.
-            let mut status = self.core.status.lock();
-            let event = match (&status.session, status.phase) {
-                (Some(s), Phase::Suspended) if s.id == h.session.id => {
-                    Some(ConnectionState::Reconnected)
+        std::io::Write::write_all(&mut stream, &request.encode())?;
+        let mut reader = FrameReader::new();
+        let answer = ConnectResponse::decode(&reader.read_frame(&mut stream)?)
+            .map_err(|e| Dial::Failed(format!("bad connect answer: {}", e.0)))?;
+        if answer.timeout_ms <= 0 {
+            return match resume {
+                Some(old) => {
+                    self.lose(old.id, "the server says it expired", false);
+                    Err(Dial::Expired)
                 }
-                (Some(s), _) if s.id == h.session.id => None,
-                _ => Some(ConnectionState::Connected),
+                None => Err(Dial::Failed("the server granted no session".into())),
             };
-            if event == Some(ConnectionState::Connected) {
-                status.last_ok_sent = Some(h.sent_at);
+        }
+        if answer.read_only && !self.config.allow_read_only {
+            return Err(Dial::Failed(
+                "a read-only server (allow_read_only is off)".into(),
+            ));
+        }
+        if let Some(old) = resume.as_ref().filter(|s| s.id.0 != answer.session_id) {
+            self.lose(old.id, "the server gave the connection another session", false);
+        }
+        for (scheme, credentials) in &self.config.auth {
+            std::io::Write::write_all(&mut stream, &proto::auth_request(scheme, credentials))?;
+        }
+        for _ in &self.config.auth {
+            let frame = reader.read_frame(&mut stream)?;
+            let header = ReplyHeader::decode(&mut Dec::new(&frame))
+                .map_err(|e| Dial::Failed(e.0.into()))?;
+            match (header.xid, header.err) {
+                (xid::AUTH, 0) => {}
+                (xid::AUTH, _) => return Err(Dial::AuthFailed),
+                (other, _) => return Err(Dial::Failed(format!("xid {other} before auth"))),
+            }
+        }
+        let id = SessionId(answer.session_id);
+        let resumed = resume.as_ref().is_some_and(|s| s.id == id);
+        if resumed {
+            let restore = self
+                .watches
+                .lock()
+                .to_restore(self.last_zxid.load(Ordering::SeqCst));
+            if let Some(set) = restore {
+                std::io::Write::write_all(&mut stream, &set.encode())?;
+            }
+        } else {
+            self.watches.lock().clear();
+        }
+        let timeout = Duration::from_millis(answer.timeout_ms as u64);
+        let read_timeout = timeout * 2 / 3;
+        stream.set_write_timeout(Some(read_timeout))?;
+        let writer = stream.try_clone()?;
+        let epoch = self.epochs.fetch_add(1, Ordering::SeqCst) + 1;
+        let session = Session {
+            id,
+            timeout,
+            passwd: answer.passwd,
+        };
+        if !self.connected(writer, session, epoch, sent_at) {
+            return Err(Dial::Failed("closing".into()));
+        }
+        self.connecting.lock().take();
+        Ok(Conn {
+            stream,
+            reader,
+            epoch,
+            timeout,
+        })
+    }
+
+    /// The connection is ready: opens the gate and publishes CONNECTED or RECONNECTED.
+    fn connected(&self, writer: TcpStream, session: Session, epoch: u64, sent_at: Instant) -> bool {
+        let mut status = self.status.lock();
+        if status.phase == Phase::Closed || !self.outbox.open(writer, session.id, epoch) {
+            return false;
+        }
+        let event = match (&status.session, status.phase) {
+            (Some(s), _) if s.id == session.id => ConnectionState::Reconnected,
+            _ => ConnectionState::Connected,
+        };
+        status.last_ok_sent = Some(match (event, status.last_ok_sent) {
+            (ConnectionState::Reconnected, Some(t)) => t.max(sent_at),
+            _ => sent_at,
+        });
+        let id = session.id;
+        status.session = Some(session);
+        status.phase = Phase::Connected;
+        status.silent_since = None;
+        self.status_changed.notify_all();
+        self.publish(event, id);
+        self.job(Job::Connected(id));
+        true
+    }
+
+    /// Reads answers until the connection dies, pinging it while idle.
+    fn serve(&self, mut conn: Conn) {
+        let read_timeout = conn.timeout * 2 / 3;
+        let ping_every = read_timeout / 3;
+        let mut last_recv = Instant::now();
+        let mut ping_sent: Option<Instant> = None;
+        let why = loop {
+            let now = Instant::now();
+            let dead_at = last_recv + read_timeout;
+            let ping_at = self.outbox.last_send() + ping_every;
+            let wake = if ping_sent.is_none() {
+                dead_at.min(ping_at)
             } else {
-                status.last_ok_sent =
-                    Some(status.last_ok_sent.map_or(h.sent_at, |t| t.max(h.sent_at)));
+                dead_at
+            };
+            let wait = wake
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
+            if let Err(e) = conn.stream.set_read_timeout(Some(wait)) {
+                break format!("socket: {e}");
             }
-            status.session = Some(h.session.clone());
-            status.phase = Phase::Connected;
-            status.epoch = h.epoch;
-            status.silent_since = None;
-            self.core.status_changed.notify_all();
-            if let Some(event) = event {
-                self.core.publish(event, h.session.id);
+            match conn.reader.read_frame(&mut conn.stream) {
+                Ok(frame) => {
+                    last_recv = Instant::now();
+                    if let Err(e) = self.on_frame(frame, &mut ping_sent) {
+                        break format!("the server sent what the protocol does not allow: {}", e.0);
+                    }
+                }
+                Err(e) if timed_out(&e) => {
+                    let now = Instant::now();
+                    if now >= last_recv + read_timeout {
+                        break format!("nothing heard for {read_timeout:?}");
+                    }
+                    if ping_sent.is_none() && now >= self.outbox.last_send() + ping_every {
+                        let ping = Enc::request(xid::PING, op::PING).finish();
+                        if let Err(e) = self.outbox.send_reserved(conn.epoch, &ping) {
+                            break format!("ping: {e}");
+                        }
+                        ping_sent = Some(now);
+                    }
+                }
+                Err(e) => break format!("{e}"),
             }
+        };
+        self.disconnected(conn.epoch, &why);
+    }
+
+    /// One frame from the server.
+    fn on_frame(
+        &self,
+        frame: Vec<u8>,
+        ping_sent: &mut Option<Instant>,
+    ) -> std::result::Result<(), proto::Malformed> {
+        let mut d = Dec::new(&frame);
+        let header = ReplyHeader::decode(&mut d)?;
+        if header.zxid > 0 {
+            self.last_zxid.fetch_max(header.zxid, Ordering::SeqCst);
+        }
+        match header.xid {
+            xid::NOTIFICATION => {
+                let n = Notification::decode(&mut d)?;
+                let to = self.watches.lock().fire(&n);
+                if !to.is_empty() {
+                    self.counters
+                        .watch_events
+                        .fetch_add(to.len() as u64, Ordering::Relaxed);
+                    let event = WatchEvent {
+                        kind: n.kind,
+                        path: super::strip(&self.config.prefix, &n.path),
+                    };
+                    self.job(Job::Deliver(to, event));
+                }
+            }
+            xid::PING => {
+                let sent = ping_sent.take().ok_or(proto::Malformed("unasked ping answer"))?;
+                self.answered(sent);
+            }
+            xid::SET_WATCHES => {
+                if header.err != 0 {
+                    warn!("the server did not restore the watches (error {})", header.err);
+                }
+            }
+            xid::AUTH => return Err(proto::Malformed("auth answer after the handshake")),
+            x => {
+                let pending = self.outbox.complete(x)?;
+                if let Some(w) = pending.watch.as_ref() {
+                    if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
+                        self.watches.lock().add(w.clone());
+                    }
+                }
+                self.answered(pending.sent);
+                let _ = pending.answer.send(Ok(conn::Reply { header, frame }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The server answered something sent at `sent` under the current session.
+    fn answered(&self, sent: Instant) {
+        let mut status = self.status.lock();
+        if status.session.is_some() {
+            status.last_ok_sent = Some(status.last_ok_sent.map_or(sent, |t| t.max(sent)));
         }
     }
 
-    fn suspend(&mut self, why: &str) {
-        let mut status = self.core.status.lock();
+    fn disconnected(&self, epoch: u64, why: &str) {
+        self.outbox.close(epoch);
+        if self.is_closed() {
+            return;
+        }
+        debug!("connection {epoch} ended: {why}");
+        let mut status = self.status.lock();
         if status.phase != Phase::Connected {
             return;
         }
-        debug!("suspending: {why}");
         status.phase = Phase::Suspended;
         status.silent_since.get_or_insert_with(Instant::now);
-        self.suspended_since = Some(Instant::now());
-        self.core.status_changed.notify_all();
+        self.status_changed.notify_all();
         if let Some(id) = status.session.as_ref().map(|s| s.id) {
-            self.core.publish(ConnectionState::Suspended, id);
+            self.publish(ConnectionState::Suspended, id);
         }
     }
 
-    /// Publishes LOST for `id`. `declared` is true when the client decided it (the server said
-    /// nothing): the transport may then still be attached to the old session and is cut.
-    fn lose(&mut self, id: SessionId, why: &str, declared: bool) {
-        let session = {
-            let mut status = self.core.status.lock();
-            if status.session.as_ref().map(|s| s.id) != Some(id) {
-                return;
-            }
-            warn!("session {id} is lost: {why}");
-            // Banned before anyone hears of the loss: from here on no handshake resumes it.
-            self.core.relay.ban(id.0);
-            status.phase = Phase::Connecting;
-            status.last_ok_sent = None;
-            self.core.status_changed.notify_all();
-            self.core.publish(ConnectionState::Lost, id);
-            status.session.take()
-        };
-        self.suspended_since = None;
-        if let Some(s) = session {
-            // Whatever the server still keeps of it goes now rather than at its expiry.
-            self.core.relay.close_session_on_server(id.0, s.passwd);
+    /// Publishes LOST for `id`. `declared`: the client decided it (the server said nothing),
+    /// so the server may still keep the session; it is closed on the next connection.
+    fn lose(&self, id: SessionId, why: &str, declared: bool) {
+        let mut status = self.status.lock();
+        if status.session.as_ref().map(|s| s.id) != Some(id) {
+            return;
         }
+        warn!("session {id} is lost: {why}");
+        let session = status.session.take();
+        status.phase = Phase::Connecting;
+        status.last_ok_sent = None;
+        self.watches.lock().clear();
+        self.status_changed.notify_all();
+        self.publish(ConnectionState::Lost, id);
         if declared {
-            // The transport may still be attached to the old session; make it start anew.
-            self.core.relay.cut_all();
+            *self.to_close.lock() = session;
         }
     }
 
-    fn check_timers(&mut self) {
-        let now = Instant::now();
-        if let Some((_, at)) = self.beat {
-            if now >= at + self.beat_timeout() {
-                warn!(
-                    "no reply to a heartbeat within {:?}: the connection is silent; cutting it",
-                    self.beat_timeout()
-                );
-                self.beat = None;
-                self.suspend("heartbeat unanswered");
-                self.core.relay.cut_all();
-            }
+    /// Closes the session (when it is live), stops both threads and waits for them.
+    /// Idempotent.
+    pub fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
         }
-        if let Some(since) = self.suspended_since {
-            if now >= since + self.session_timeout() {
-                let id = self.core.status.lock().session.as_ref().map(|s| s.id);
-                if let Some(id) = id {
-                    self.lose(id, "suspended for a whole session timeout", true);
-                }
-                self.suspended_since = None;
-            }
-        }
-        if let Some(since) = self.connection_down_since {
-            if now >= since + DEAD_INSTANCE {
-                warn!("the transport stopped reconnecting (its io thread died); replacing it");
-                self.connection_down_since = None;
-                self.replace_instance();
-            }
-        }
-        if self.replace_at.is_some_and(|at| now >= at) {
-            self.replace_instance();
-        }
-    }
-
-    /// Builds a new crate instance connected through the relay. The relay makes it resume the
-    /// live session, if there is one.
-    fn replace_instance(&mut self) {
-        self.replace_at = None;
-        let old = self.core.zk.write().take();
-        self.generation += 1;
-        let generation = self.generation;
-        let tx = self.core.tx.clone();
-        let addr = self.core.relay.addr().to_string();
-        let timeout = self.core.config.session_timeout;
-        let built = {
-            let _gate = self.core.relay.gate_handshakes();
-            // The crate unwraps socket and poll set-up in its constructor; a panic there must
-            // not take the supervisor down.
-            let built = catch_unwind(AssertUnwindSafe(|| {
-                ZooKeeper::connect(&addr, timeout, |_: zookeeper::WatchedEvent| {})
-            }));
-            match built {
-                Ok(Ok(zk)) => {
-                    zk.add_listener(move |state| {
-                        let _ = tx.send(Msg::Crate { generation, state });
-                    });
-                    *self.core.zk.write() = Some(Arc::new(zk));
-                    self.core.instances.fetch_add(1, Ordering::SeqCst);
-                    true
-                }
-                Ok(Err(e)) => {
-                    warn!("could not build a transport instance: {e:?}");
-                    false
-                }
-                Err(_) => {
-                    warn!("the transport panicked while starting");
-                    false
+        if self.phase() == Phase::Connected {
+            // Closing the session makes its ephemeral nodes go now, not at expiry. A server
+            // that does not answer soon gets no longer: the session then ends by expiring.
+            let until = Instant::now() + self.config.connection_timeout.min(CLOSE_WAIT);
+            let frame = Enc::request(0, op::CLOSE_SESSION).finish();
+            if let Ok(mut t) = self.outbox.send(vec![(frame, None)], until) {
+                if let Some(t) = t.pop() {
+                    let _ = t.answer.recv_deadline(until);
                 }
             }
-        };
-        if !built {
-            self.replace_at = Some(Instant::now() + Duration::from_secs(1));
         }
-        debug!("crate instance {generation} started");
-        if let Some(old) = old {
-            // A retired instance is dead (closed or its io thread gone), so dropping it returns
-            // at once; do it off this thread anyway, since its `Drop` sends a request.
-            let _ = thread::Builder::new()
-                .name("zk-retire".into())
-                .spawn(move || drop(old));
+        self.outbox.shut(Error::Closed);
+        if let Some(s) = self.connecting.lock().take() {
+            let _ = s.shutdown(Shutdown::Both);
         }
+        self.stop.lock().take();
+        self.job(Job::Stop);
+        let me = thread::current().id();
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        {
+            let mut status = self.status.lock();
+            status.phase = Phase::Closed;
+            status.session = None;
+            self.status_changed.notify_all();
+        }
+        self.subscribers.clear();
+        debug!("client closed");
     }
 }
 
-fn heartbeat(core: Arc<Core>, stop: Receiver<()>) {
-    let mut seq = 0u64;
-    loop {
-        let interval = {
-            let status = core.status.lock();
-            status
-                .session
-                .as_ref()
-                .map_or(core.config.session_timeout, |s| s.timeout)
-                / 3
-        };
-        select! {
-            recv(stop) -> _ => return,
-            default(interval.max(Duration::from_millis(50))) => {}
-        }
-        if core.status.lock().phase != Phase::Connected {
-            continue;
-        }
-        seq += 1;
-        let _ = core.tx.send(Msg::BeatStarted {
-            seq,
-            at: Instant::now(),
-        });
-        let _ = core.call(None, |zk| zk.exists("/", false));
-        let _ = core.tx.send(Msg::BeatDone { seq });
+/// What `track_connecting` refusing means.
+struct Closing;
+
+impl From<Closing> for std::io::Error {
+    fn from(_: Closing) -> std::io::Error {
+        std::io::Error::other("the client is closing")
     }
+}
+
+/// Attaches to session `id` over `sock` and closes it, so that its ephemeral nodes go now
+/// rather than when the server would expire it. `Ok(false)` if it had already expired.
+pub(crate) fn close_session(
+    sock: &mut TcpStream,
+    id: SessionId,
+    passwd: &[u8],
+    until: Instant,
+) -> std::io::Result<bool> {
+    use std::io::Write;
+    bound(sock, until)?;
+    let timeout = until.saturating_duration_since(Instant::now());
+    let req = ConnectRequest {
+        last_zxid_seen: 0,
+        timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+        session_id: id.0,
+        passwd: passwd.to_vec(),
+        read_only: false,
+    };
+    sock.write_all(&req.encode())?;
+    let mut reader = FrameReader::new();
+    let answer = ConnectResponse::decode(&reader.read_frame(sock)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
+    if answer.timeout_ms <= 0 {
+        return Ok(false);
+    }
+    sock.write_all(&Enc::request(1, op::CLOSE_SESSION).finish())?;
+    reader.read_frame(sock)?;
+    Ok(true)
 }

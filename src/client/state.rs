@@ -1,6 +1,5 @@
 //! Connection states as the framework reports them, and subscriptions to them.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,15 +8,7 @@ use std::sync::{Arc, Weak};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-/// A ZooKeeper session id, shown as the server shows it (`0x` and 16 hex digits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(pub i64);
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#018x}", self.0)
-    }
-}
+pub use crate::session_id::SessionId;
 
 /// What happened to the connection, as the recipes need to know it.
 ///
@@ -32,8 +23,9 @@ pub enum ConnectionState {
     /// The connection broke or went silent. The session may still be alive on the server;
     /// nothing held under it can be trusted until `Reconnected`.
     Suspended,
-    /// The same session is back after `Suspended`. Watches set before are gone (the transport
-    /// cannot restore them): re-read what you watch.
+    /// The same session is back after `Suspended`. The client asked the server to restore the
+    /// watches set before (a change made meanwhile fires them at once); a recipe re-checks its
+    /// state anyway, since nothing held could be trusted while suspended.
     Reconnected,
     /// The session is gone: the server expired it, or it could not be reached for a full
     /// session timeout. Its ephemeral nodes, and so its locks, are gone.
@@ -67,8 +59,8 @@ type SubscriberList = Mutex<Vec<(u64, Sender<StateEvent>)>>;
 
 /// A stream of [`StateEvent`]s, in the order they happened. Dropping it unsubscribes.
 ///
-/// Events are delivered from the client's own supervisor thread through an unbounded channel,
-/// never on the transport's threads, so a slow subscriber delays nobody.
+/// Events go out through an unbounded channel the moment the client decides them, so a slow
+/// subscriber delays nobody.
 pub struct Subscription {
     rx: Receiver<StateEvent>,
     id: u64,

@@ -1,5 +1,5 @@
 //! Session tokens: how a lock learns that the session under it is gone, without a thread of its
-//! own. The supervisor marks every token of a session when it publishes that session's loss.
+//! own. The session layer marks every token of a session when it publishes that session's loss.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

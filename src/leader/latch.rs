@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{LeadershipEvent, LeadershipPolicy, Participant};
 use crate::client::token::SessionToken;
-use crate::lock::core::{LockCore, OwnNode};
+use crate::lock::core::{LockCore, OwnNode, WatchGuard};
 use crate::lock::{Lease, LockOptions};
 use crate::{paths, Client, ConnectionState, Error, Result};
 
@@ -258,7 +258,7 @@ impl Inner {
             let stopped = self.follow(&node, &token, stop, &states);
             self.set_leading(None);
             self.state.lock().node = None;
-            self.core.leave(&node);
+            self.core.leave(&node, None);
             if stopped {
                 break;
             }
@@ -277,6 +277,7 @@ impl Inner {
     ) -> bool {
         let client = &self.core.client;
         let (wake_tx, wake_rx) = unbounded();
+        let mut watches = WatchGuard::new(client, &wake_tx);
         loop {
             let contenders = match self.core.contenders(None) {
                 Ok(c) => c,
@@ -303,7 +304,7 @@ impl Inner {
                 paths::join(&self.core.path, &contenders[ours - 1].name)
             };
             match client.data_watch(&watched, &wake_tx) {
-                Ok(_) => {}
+                Ok(_) => watches.watching(&watched),
                 Err(e) if e.is_no_node() => continue,
                 Err(_) => {
                     if wait_a_little(stop, states) {
@@ -358,7 +359,7 @@ impl Inner {
             return true;
         }
         let lost_on_suspend = self.policy == LeadershipPolicy::Standard;
-        match client.core().session_token(node.session, lost_on_suspend) {
+        match client.session_token(node.session, lost_on_suspend) {
             Some(token) if !token.is_lost() => {
                 let lease = self.core.lease(node.clone(), token);
                 self.set_leading(Some(Arc::new(lease)));

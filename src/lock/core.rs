@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, never, select, unbounded, Receiver};
+use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
 use log::{debug, warn};
 
 use super::lease::Lease;
 use super::metrics::Counters;
 use super::names::{sort_contenders, Contender, ProtectedId};
 use super::LockOptions;
-use crate::client::janitor::Chore;
 use crate::client::token::SessionToken;
 use crate::client::WatchKind;
 use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
@@ -86,6 +85,39 @@ impl Rule for ReaderRule {
                 index,
                 sole_blocker: count == 1,
             },
+        }
+    }
+}
+
+/// Takes a waiter's watchers off the client's registry when its wait ends, however it ends,
+/// so that a waiter that gives up leaves nothing to be woken later.
+pub(crate) struct WatchGuard<'a> {
+    client: &'a Client,
+    tx: Sender<WatchEvent>,
+    paths: Vec<String>,
+}
+
+impl<'a> WatchGuard<'a> {
+    pub fn new(client: &'a Client, tx: &Sender<WatchEvent>) -> WatchGuard<'a> {
+        WatchGuard {
+            client,
+            tx: tx.clone(),
+            paths: Vec::new(),
+        }
+    }
+
+    /// `path` is watched through this guard's channel.
+    pub fn watching(&mut self, path: &str) {
+        if !self.paths.iter().any(|p| p == path) {
+            self.paths.push(path.to_owned());
+        }
+    }
+}
+
+impl Drop for WatchGuard<'_> {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            self.client.forget_watch(p, &self.tx);
         }
     }
 }
@@ -184,12 +216,12 @@ impl LockCore {
                 Ok(Some(self.lease(node, token)))
             }
             Ok(false) => {
-                self.leave(&node);
+                self.leave(&node, deadline);
                 self.counters.timed_out();
                 Ok(None)
             }
             Err(e) => {
-                self.leave(&node);
+                self.leave(&node, deadline);
                 if matches!(e, Error::SessionLost { .. }) {
                     self.counters.lost();
                 }
@@ -225,12 +257,11 @@ impl LockCore {
             let node = self.create_node(lock_name, deadline)?;
             match self
                 .client
-                .core()
                 .session_token(node.session, self.options.lost_on_suspend)
             {
                 Some(token) => return Ok((node, token)),
                 // The session went between the create and now, and the node with it.
-                None => self.leave(&node),
+                None => self.leave(&node, deadline),
             }
         }
     }
@@ -246,16 +277,8 @@ impl LockCore {
 
     /// Waits for a session and returns it, mapping a missed deadline to `Timeout`.
     fn wait_session(&self, deadline: Option<Instant>) -> Result<SessionId> {
-        let fallback = Instant::now() + self.client.core().config.connection_timeout;
-        let until = deadline.unwrap_or(fallback);
-        match self.client.core().wait_connected(until) {
-            Ok(id) => Ok(id),
-            Err(Error::ConnectionLoss) if deadline.is_some() => Err(Error::timeout(
-                format!("a session to lock {}", self.path),
-                Duration::ZERO,
-            )),
-            Err(e) => Err(e),
-        }
+        self.client
+            .wait_session(deadline, &format!("lock {}", self.path))
     }
 
     /// Creates our protected node. A create whose answer is lost is never repeated blindly:
@@ -263,7 +286,7 @@ impl LockCore {
     /// there create again. If the session changed meanwhile, whatever the create made belongs
     /// to no live holder of ours: it is deleted and we start over under the new session.
     pub fn create_node(&self, lock_name: &str, deadline: Option<Instant>) -> Result<OwnNode> {
-        let policy = &self.client.core().config.retry;
+        let policy = self.client.retry_policy();
         let started = Instant::now();
         let mut retries = 0u32;
         let mut made_parents = false;
@@ -273,10 +296,9 @@ impl LockCore {
             let prefix = paths::join(&self.path, &marker.node_prefix(lock_name));
             #[cfg(feature = "testing")]
             self.options.hooks.before_create(&prefix);
-            let created = self.client.create_protected(
+            let created = self.client_until(deadline).create_protected(
                 &prefix,
                 self.options.holder_id_text().as_bytes(),
-                deadline,
                 marker.as_str(),
                 &self.options.acl_for(&self.client),
             );
@@ -291,7 +313,7 @@ impl LockCore {
                 }
                 Ok((path, other)) => {
                     // Made under a session we did not start under: not ours to keep.
-                    self.forget(&path, other);
+                    self.forget(&path, other, deadline);
                     session = self.wait_session(deadline)?;
                     marker = ProtectedId::next(session);
                 }
@@ -309,11 +331,11 @@ impl LockCore {
                         Err(e) => {
                             // We give up without knowing whether the create landed: whatever it
                             // made is the janitor's to remove, under whichever session owns it.
-                            self.client.core().chore(Chore::DeleteMarked {
-                                parent: self.client.full(&self.path),
-                                marker: marker.as_str().to_owned(),
-                                session: self.client.session_id().unwrap_or(session),
-                            });
+                            self.client.remove_marked_later(
+                                &self.path,
+                                marker.as_str(),
+                                self.client.session_id().unwrap_or(session),
+                            );
                             return Err(e);
                         }
                     };
@@ -376,24 +398,21 @@ impl LockCore {
             None
         };
         for extra in mine {
-            self.forget(&paths::join(&self.path, &extra.name), now);
+            self.forget(&paths::join(&self.path, &extra.name), now, deadline);
         }
         Ok(adopted)
     }
 
-    /// Deletes a node of ours now, or hands it to the janitor if that fails.
-    fn forget(&self, path: &str, session: SessionId) {
-        if self.client.delete(path).is_err() {
-            self.client.core().chore(Chore::Delete {
-                path: self.client.full(path),
-                session,
-            });
-        }
+    /// Deletes a node of ours, waiting at most until `deadline`; what cannot finish by then
+    /// the janitor finishes while the session lives.
+    fn forget(&self, path: &str, session: SessionId, deadline: Option<Instant>) {
+        self.client_until(deadline).remove_own(path, session);
     }
 
-    /// Removes our node (waiting or holding), now or through the janitor.
-    pub fn leave(&self, node: &OwnNode) {
-        self.forget(&node.path, node.session);
+    /// Removes our node (waiting or holding), now or through the janitor, never blocking past
+    /// `deadline`.
+    pub fn leave(&self, node: &OwnNode, deadline: Option<Instant>) {
+        self.forget(&node.path, node.session, deadline);
     }
 
     /// An error met while waiting, told truthfully: connection loss after the connection has
@@ -402,7 +421,7 @@ impl LockCore {
     pub fn while_waiting(&self, e: Error, token: &SessionToken) -> Error {
         let gone = token.is_lost()
             || self.client.session_id() != Some(token.session)
-            || self.client.core().silent_too_long();
+            || self.client.silent_too_long();
         match e {
             Error::ConnectionLoss if gone => Error::SessionLost {
                 session_id: token.session,
@@ -436,6 +455,7 @@ impl LockCore {
         // The wake channel exists before any watch is set: a watch that fires at once finds
         // it, so the wake-up cannot be missed (the seed article's race).
         let (wake_tx, wake_rx) = unbounded();
+        let mut watches = WatchGuard::new(&self.client, &wake_tx);
         loop {
             let contenders = match self.contenders(deadline) {
                 Ok(c) => c,
@@ -458,15 +478,9 @@ impl LockCore {
             };
             let watched = paths::join(&self.path, &contenders[index].name);
             match self.client_until(deadline).data_watch(&watched, &wake_tx) {
-                Ok(_) => {}
-                Err(e) if e.is_no_node() => {
-                    // Gone before the watch: look again at once. The transport keeps a local
-                    // watcher for it that can never fire; the janitor clears it.
-                    self.client.core().chore(Chore::ForgetWatches {
-                        path: self.client.full(&watched),
-                    });
-                    continue;
-                }
+                Ok(_) => watches.watching(&watched),
+                // Gone before the watch (which the server then did not set): look again.
+                Err(e) if e.is_no_node() => continue,
                 Err(Error::Timeout { .. }) => return Ok(false),
                 Err(e) => return Err(self.while_waiting(e, token)),
             }
@@ -550,7 +564,7 @@ impl LockCore {
     pub fn release(&self, lease: &Lease) -> Result<()> {
         self.counters.released(lease.held_for());
         let held = lease.is_held() && lease.check().is_ok();
-        self.forget(&lease.node, lease.session_id());
+        self.forget(&lease.node, lease.session_id(), None);
         if held {
             Ok(())
         } else {

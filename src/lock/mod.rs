@@ -40,7 +40,7 @@ pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, S
 #[derive(Clone)]
 pub struct LockOptions {
     holder_id: Option<String>,
-    acl: Option<Vec<zookeeper::Acl>>,
+    acl: Option<Vec<crate::acl::Acl>>,
     lost_on_suspend: bool,
     fast_handoff: bool,
     lease_margin: Option<Duration>,
@@ -110,15 +110,15 @@ impl LockOptions {
 
     /// The ACL of this lock's nodes and of the lock path when the lock creates it (default: the
     /// client's, see `ClientBuilder::default_acl`).
-    pub fn acl(mut self, acl: Vec<zookeeper::Acl>) -> Self {
+    pub fn acl(mut self, acl: Vec<crate::acl::Acl>) -> Self {
         self.acl = Some(acl);
         self
     }
 
-    pub(crate) fn acl_for(&self, client: &crate::Client) -> Vec<zookeeper::Acl> {
+    pub(crate) fn acl_for(&self, client: &crate::Client) -> Vec<crate::acl::Acl> {
         self.acl
             .clone()
-            .unwrap_or_else(|| client.core().config.acl.clone())
+            .unwrap_or_else(|| client.default_acl().to_vec())
     }
 
     pub(crate) fn holder_id_text(&self) -> String {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::unbounded;
 use log::warn;
 
-use super::core::{LockCore, Woke};
+use super::core::{LockCore, WatchGuard, Woke};
 use super::lease::Lease;
 use super::metrics::LockMetrics;
 use super::mutex::InterProcessMutex;
@@ -146,9 +146,13 @@ impl InterProcessSemaphoreV2 {
             None => inner.leases.client.clone(),
         };
         let (wake_tx, wake_rx) = unbounded();
+        let mut watches = WatchGuard::new(&client, &wake_tx);
         let granted = loop {
             let children = match client.children_watch(&inner.leases.path, &wake_tx) {
-                Ok(c) => sort_contenders(c),
+                Ok(c) => {
+                    watches.watching(&inner.leases.path);
+                    sort_contenders(c)
+                }
                 Err(Error::Timeout { .. }) => break Ok(false),
                 Err(e) => break Err(inner.leases.while_waiting(e, &token)),
             };
@@ -169,6 +173,7 @@ impl InterProcessSemaphoreV2 {
                 Err(e) => break Err(e),
             }
         };
+        drop(watches);
         drop(internal);
         match granted {
             Ok(true) => {
@@ -180,12 +185,12 @@ impl InterProcessSemaphoreV2 {
                 }))
             }
             Ok(false) => {
-                inner.leases.leave(&node);
+                inner.leases.leave(&node, deadline);
                 inner.leases.counters.timed_out();
                 Ok(None)
             }
             Err(e) => {
-                inner.leases.leave(&node);
+                inner.leases.leave(&node, deadline);
                 Err(e)
             }
         }

@@ -94,8 +94,11 @@ impl TestingCluster {
         let jvm = Jvm::spawn(
             &self.classpath,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            &self.options.jvm_properties(),
             &[member_dir.join("zoo.cfg").display().to_string()],
             &member_dir.join("server.log"),
+            // Every member's wrapper removes the whole ensemble's directory if we die.
+            self.dir.path(),
         )?;
         *self.members[i].jvm.lock() = Some(jvm);
         Ok(())

@@ -14,13 +14,17 @@ use std::time::{Duration, Instant};
 
 use super::HarnessError;
 
+/// A line on stdin means "stopped on purpose, keep the data" (a restart follows, or the owner
+/// removes the directory itself); end of file means our process is gone, and nobody else will
+/// remove the server's directory, so the wrapper does.
 const WRAPPER: &str = r#"
 "$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
 pid=$!
 echo "$pid"
-read _ignored
+if read _keep; then ZKR_CLEAN=; fi
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
+if [ -n "$ZKR_CLEAN" ]; then rm -rf "$ZKR_CLEAN" 2>/dev/null; fi
 exit 0
 "#;
 
@@ -92,11 +96,15 @@ pub(crate) struct Jvm {
 }
 
 impl Jvm {
+    /// Starts `main_class` with system properties `props` (`-Dk=v`). `dir` is removed by the
+    /// wrapper if our process dies without stopping the JVM.
     pub fn spawn(
         classpath: &str,
         main_class: &str,
+        props: &[String],
         args: &[String],
         log: &Path,
+        dir: &Path,
     ) -> Result<Jvm, HarnessError> {
         let java = java()?;
         let level = std::env::var("ZOOKEEPER_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
@@ -110,13 +118,13 @@ impl Jvm {
                 "-Dzookeeper.admin.enableServer=false",
                 &format!("-Dorg.slf4j.simpleLogger.defaultLogLevel={level}"),
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                "-cp",
-                classpath,
-                main_class,
             ])
+            .args(props)
+            .args(["-cp", classpath, main_class])
             .args(args)
             .env("ZKR_JAVA", &java)
             .env("ZKR_LOG", log)
+            .env("ZKR_CLEAN", dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -156,7 +164,9 @@ impl Jvm {
     }
 
     fn stop_inner(&mut self) {
-        drop(self.stdin.take());
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"keep\n");
+        }
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             match self.wrapper.try_wait() {

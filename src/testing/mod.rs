@@ -64,7 +64,12 @@ pub fn expire_session(
     for _ in 0..20 {
         let attempt =
             std::net::TcpStream::connect_timeout(&server, timeout).and_then(|mut sock| {
-                crate::client::wire::close_session(&mut sock, id.0, passwd, timeout)
+                crate::client::session::close_session(
+                    &mut sock,
+                    id,
+                    passwd,
+                    std::time::Instant::now() + timeout,
+                )
             });
         match attempt {
             Ok(closed) => return Ok(closed),

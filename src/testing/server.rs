@@ -25,6 +25,11 @@ pub struct ServerOptions {
     pub classpath: Option<String>,
     /// How long to wait for the server to answer `ruok`. Default 60 s.
     pub start_timeout: Duration,
+    /// How often the server looks for empty containers to delete
+    /// (`znode.container.checkIntervalMs`); `None` keeps the server's default of a minute.
+    pub container_check_interval: Option<Duration>,
+    /// TTL nodes (`zookeeper.extendedTypesEnabled`). Default off, as in ZooKeeper.
+    pub extended_types: bool,
 }
 
 impl Default for ServerOptions {
@@ -35,11 +40,25 @@ impl Default for ServerOptions {
             force_sync: false,
             classpath: None,
             start_timeout: Duration::from_secs(60),
+            container_check_interval: None,
+            extended_types: false,
         }
     }
 }
 
 impl ServerOptions {
+    /// The JVM system properties these options set.
+    pub(crate) fn jvm_properties(&self) -> Vec<String> {
+        let mut props = Vec::new();
+        if let Some(i) = self.container_check_interval {
+            props.push(format!("-Dznode.container.checkIntervalMs={}", i.as_millis()));
+        }
+        if self.extended_types {
+            props.push("-Dzookeeper.extendedTypesEnabled=true".to_owned());
+        }
+        props
+    }
+
     /// The common part of `zoo.cfg`.
     pub(crate) fn base_config(&self, data_dir: &Path, client_port: u16) -> String {
         let mut cfg = String::new();
@@ -149,8 +168,10 @@ impl TestingServer {
         let jvm = Jvm::spawn(
             &self.classpath,
             "org.apache.zookeeper.server.ZooKeeperServerMain",
+            &self.options.jvm_properties(),
             &[self.dir.path().join("zoo.cfg").display().to_string()],
             &self.dir.path().join("server.log"),
+            self.dir.path(),
         )?;
         // `ruok` answers `imok` a few hundred milliseconds before the server takes sessions;
         // `srvr` reports a mode only once it does.

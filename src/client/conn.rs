@@ -1,0 +1,399 @@
+//! The connection layer: one socket at a time, its write side shared by every caller (each
+//! request is written on the caller's thread under one lock, in xid order), and the queue of
+//! requests waiting for their answers, which the session's reader thread completes in order.
+//!
+//! This layer knows nothing of sessions beyond the id a connection carries; the session layer
+//! opens the gate ([`Outbox::open`]) once a connection is ready for requests, and closes it.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::proto::{self, ReplyHeader, MAX_FRAME};
+use super::watches::WatchReg;
+use crate::error::{Error, Result};
+use crate::session_id::SessionId;
+
+/// An answer to one request: its header and the whole frame (the record starts after the
+/// 16-byte header).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub header: ReplyHeader,
+    pub frame: Vec<u8>,
+}
+
+impl Reply {
+    /// The record after the reply header.
+    pub fn record(&self) -> proto::Dec<'_> {
+        proto::Dec::new(self.frame.get(16..).unwrap_or(&[]))
+    }
+}
+
+/// What a waiting caller receives: the answer, or `Err(())` when the connection died first
+/// (the request may or may not have been applied).
+pub(crate) type Answer = std::result::Result<Reply, ()>;
+
+/// A request on the wire, waiting for its answer.
+pub(crate) struct Pending {
+    pub xid: i32,
+    pub sent: Instant,
+    pub answer: Sender<Answer>,
+    /// The watch to register if the server sets it.
+    pub watch: Option<WatchReg>,
+}
+
+/// A sent request: where its answer will arrive, and the connection it went out on.
+pub(crate) struct Ticket {
+    pub answer: Receiver<Answer>,
+    pub session: SessionId,
+    pub sent: Instant,
+}
+
+struct Wire {
+    /// The write side of the connection, while the gate is open.
+    stream: Option<TcpStream>,
+    session: SessionId,
+    epoch: u64,
+    next_xid: i32,
+    pending: VecDeque<Pending>,
+    last_send: Instant,
+    /// Set once the client is closed or refused: every send fails with it.
+    shut: Option<Error>,
+}
+
+/// The write side and the answer queue of the current connection.
+pub(crate) struct Outbox {
+    wire: Mutex<Wire>,
+    opened: Condvar,
+}
+
+impl Outbox {
+    pub fn new() -> Outbox {
+        Outbox {
+            wire: Mutex::new(Wire {
+                stream: None,
+                session: SessionId(0),
+                epoch: 0,
+                next_xid: 1,
+                pending: VecDeque::new(),
+                last_send: Instant::now(),
+                shut: None,
+            }),
+            opened: Condvar::new(),
+        }
+    }
+
+    /// Opens the gate on a ready connection (handshake, auth and watch restore already
+    /// written). Returns false if the outbox was shut meanwhile.
+    pub fn open(&self, stream: TcpStream, session: SessionId, epoch: u64) -> bool {
+        let mut w = self.wire.lock();
+        if w.shut.is_some() {
+            let _ = stream.shutdown(Shutdown::Both);
+            return false;
+        }
+        w.stream = Some(stream);
+        w.session = session;
+        w.epoch = epoch;
+        w.last_send = Instant::now();
+        self.opened.notify_all();
+        true
+    }
+
+    /// Closes connection `epoch` (if it is still the current one) and fails every request
+    /// still waiting on it.
+    pub fn close(&self, epoch: u64) {
+        let failed: Vec<Pending> = {
+            let mut w = self.wire.lock();
+            if w.epoch != epoch {
+                return;
+            }
+            if let Some(s) = w.stream.take() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            w.pending.drain(..).collect()
+        };
+        for p in failed {
+            let _ = p.answer.send(Err(()));
+        }
+    }
+
+    /// Shuts the outbox for good: the connection is cut and every send fails with `why`.
+    pub fn shut(&self, why: Error) {
+        let epoch = {
+            let mut w = self.wire.lock();
+            w.shut.get_or_insert(why);
+            self.opened.notify_all();
+            w.epoch
+        };
+        self.close(epoch);
+    }
+
+    /// Sends finished request frames back to back under one hold of the lock (they reach the
+    /// server in this order, and it answers them in this order), waiting for an open
+    /// connection until `until`. `ConnectionLoss` if none opened in time or the write failed.
+    pub fn send(
+        &self,
+        frames: Vec<(Vec<u8>, Option<WatchReg>)>,
+        until: Instant,
+    ) -> Result<Vec<Ticket>> {
+        let mut w = self.wire.lock();
+        loop {
+            if let Some(e) = &w.shut {
+                return Err(e.clone());
+            }
+            if w.stream.is_some() {
+                break;
+            }
+            if self.opened.wait_until(&mut w, until).timed_out() && w.stream.is_none() {
+                return Err(w.shut.clone().unwrap_or(Error::ConnectionLoss));
+            }
+        }
+        let mut tickets = Vec::with_capacity(frames.len());
+        let mut out = Vec::new();
+        let mut queued = Vec::with_capacity(frames.len());
+        for (mut frame, watch) in frames {
+            let xid = w.next_xid;
+            // Positive xids only; the negative ones are reserved.
+            w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+            proto::set_xid(&mut frame, xid);
+            out.extend_from_slice(&frame);
+            let (tx, rx) = bounded(1);
+            queued.push(Pending {
+                xid,
+                sent: Instant::now(),
+                answer: tx,
+                watch,
+            });
+            tickets.push(rx);
+        }
+        let sent = Instant::now();
+        let written = match w.stream.as_mut() {
+            Some(s) => s.write_all(&out),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        };
+        if let Err(e) = written {
+            log::debug!("write failed: {e}; the connection is dropped");
+            if let Some(s) = w.stream.as_ref() {
+                // The reader sees the shutdown and runs the reconnect.
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            return Err(Error::ConnectionLoss);
+        }
+        w.last_send = sent;
+        w.pending.extend(queued);
+        let session = w.session;
+        Ok(tickets
+            .into_iter()
+            .map(|answer| Ticket {
+                answer,
+                session,
+                sent,
+            })
+            .collect())
+    }
+
+    /// Writes a frame that expects no queued answer (a ping) on connection `epoch`.
+    pub fn send_reserved(&self, epoch: u64, frame: &[u8]) -> io::Result<()> {
+        let mut w = self.wire.lock();
+        if w.epoch != epoch {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
+        let s = w
+            .stream
+            .as_mut()
+            .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
+        s.write_all(frame)?;
+        w.last_send = Instant::now();
+        Ok(())
+    }
+
+    /// The oldest request waiting for an answer, which must be `xid`: the server answers a
+    /// connection's requests in order, so anything else is a broken stream.
+    pub fn complete(&self, xid: i32) -> std::result::Result<Pending, proto::Malformed> {
+        let mut w = self.wire.lock();
+        match w.pending.front() {
+            Some(p) if p.xid == xid => w
+                .pending
+                .pop_front()
+                .ok_or(proto::Malformed("no request waits")),
+            Some(_) => Err(proto::Malformed("answer out of order")),
+            None => Err(proto::Malformed("answer with an unknown xid")),
+        }
+    }
+
+    /// When the last request or ping went out.
+    pub fn last_send(&self) -> Instant {
+        self.wire.lock().last_send
+    }
+}
+
+/// Reads length-prefixed frames from a socket whose read timeout may fire between two reads:
+/// a partly read frame is kept for the next call.
+pub(crate) struct FrameReader {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already consumed by returned frames.
+    start: usize,
+}
+
+impl FrameReader {
+    pub fn new() -> FrameReader {
+        FrameReader {
+            buf: Vec::with_capacity(64 * 1024),
+            start: 0,
+        }
+    }
+
+    /// The next frame body if `buf` holds one whole; `InvalidData` for a length out of range.
+    fn parse(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let avail = &self.buf[self.start..];
+        let Some(len) = avail.get(..4) else {
+            return Ok(None);
+        };
+        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+        if len < 0 || len as usize > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame length {len} out of range"),
+            ));
+        }
+        let end = 4 + len as usize;
+        let Some(body) = avail.get(4..end) else {
+            return Ok(None);
+        };
+        let body = body.to_vec();
+        self.start += end;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        Ok(Some(body))
+    }
+
+    /// Reads until one whole frame is there. A read timeout comes back as `WouldBlock` or
+    /// `TimedOut`, with what was read so far kept; a closed stream as `UnexpectedEof`.
+    pub fn read_frame(&mut self, r: &mut impl Read) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(frame) = self.parse()? {
+                return Ok(frame);
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let old = self.buf.len();
+            self.buf.resize(old + 64 * 1024, 0);
+            let n = r.read(&mut self.buf[old..]);
+            self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
+            match n {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// True for the errors a socket read timeout gives.
+pub(crate) fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Opens a TCP connection to `host:port`, trying each address it resolves to until `until`.
+pub(crate) fn dial(host: &str, port: u16, until: Instant) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
+    for addr in (host, port).to_socket_addrs()? {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Sets both socket timeouts to what is left until `until` (at least a millisecond, since
+/// zero means "never" to the socket).
+pub(crate) fn bound(s: &TcpStream, until: Instant) -> io::Result<()> {
+    let left = until
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    s.set_read_timeout(Some(left))?;
+    s.set_write_timeout(Some(left))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A reader that hands out its bytes in the given chunk sizes, then reports a timeout.
+    struct Chunks(Vec<u8>, Vec<usize>);
+
+    impl Read for Chunks {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.1.pop().unwrap_or(1).clamp(1, out.len()).min(self.0.len());
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn frames_split_across_reads_and_timeouts_come_out_whole() {
+        let mut bytes = Vec::new();
+        for body in [&b"abc"[..], b"", b"defgh"] {
+            bytes.extend_from_slice(&(body.len() as i32).to_be_bytes());
+            bytes.extend_from_slice(body);
+        }
+        let mut src = Chunks(bytes, vec![1, 2, 3, 1, 5, 2]);
+        let mut r = FrameReader::new();
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            match r.read_frame(&mut src) {
+                Ok(f) => got.push(f),
+                Err(e) if timed_out(&e) => panic!("ran dry: {got:?}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, vec![b"abc".to_vec(), vec![], b"defgh".to_vec()]);
+    }
+
+    #[test]
+    fn a_frame_over_the_limit_or_negative_is_refused() {
+        for len in [-1i32, MAX_FRAME as i32 + 1] {
+            let mut src = Chunks(len.to_be_bytes().to_vec(), vec![]);
+            let e = FrameReader::new().read_frame(&mut src).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_frame_reader_never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256), sizes in proptest::collection::vec(1usize..64, 0..16)) {
+            let mut src = Chunks(bytes, sizes);
+            let mut r = FrameReader::new();
+            for _ in 0..64 {
+                if r.read_frame(&mut src).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! Requests as the client builds them (full server paths), their frames, and the records their
+//! answers carry.
+
+use std::borrow::Cow;
+
+use super::conn::Reply;
+use super::proto::{self, op, Decoded, Enc, Malformed};
+use super::types::{ClientInfo, CreateMode, Op, OpResult};
+use super::watches::{WatchReg, WatchType};
+use crate::acl::Acl;
+
+/// One request. Paths are the server's (chroot and namespace included).
+pub(crate) enum Req<'a> {
+    Create {
+        path: &'a str,
+        data: &'a [u8],
+        acl: &'a [Acl],
+        mode: CreateMode,
+    },
+    Delete {
+        path: &'a str,
+        version: i32,
+    },
+    SetData {
+        path: &'a str,
+        data: &'a [u8],
+        version: i32,
+    },
+    Check {
+        path: &'a str,
+        version: i32,
+    },
+    Exists {
+        path: Cow<'a, str>,
+        watch: Option<WatchReg>,
+    },
+    GetData {
+        path: Cow<'a, str>,
+        watch: Option<WatchReg>,
+    },
+    GetChildren {
+        path: Cow<'a, str>,
+        watch: Option<WatchReg>,
+    },
+    GetAcl {
+        path: Cow<'a, str>,
+    },
+    SetAcl {
+        path: &'a str,
+        acl: &'a [Acl],
+        version: i32,
+    },
+    Sync {
+        path: Cow<'a, str>,
+    },
+    /// A persistent watch; `watch` is always set.
+    AddWatch {
+        path: Cow<'a, str>,
+        watch: Option<WatchReg>,
+    },
+    RemoveWatches {
+        path: &'a str,
+        kind: WatchType,
+    },
+    WhoAmI,
+    GetEphemerals {
+        prefix: &'a str,
+    },
+    Multi(Vec<Req<'a>>),
+}
+
+impl<'a> Req<'a> {
+    /// The request for `op`, at the server path `full`.
+    pub fn from_op(op: &'a Op, full: &'a str, acl: &'a [Acl]) -> Req<'a> {
+        match op {
+            Op::Create { data, mode, .. } => Req::Create {
+                path: full,
+                data,
+                acl,
+                mode: *mode,
+            },
+            Op::Delete { version, .. } => Req::Delete {
+                path: full,
+                version: version.unwrap_or(-1),
+            },
+            Op::SetData { data, version, .. } => Req::SetData {
+                path: full,
+                data,
+                version: version.unwrap_or(-1),
+            },
+            Op::Check { version, .. } => Req::Check {
+                path: full,
+                version: version.unwrap_or(-1),
+            },
+            Op::Exists { .. } => Req::Exists {
+                path: full.into(),
+                watch: None,
+            },
+            Op::GetData { .. } => Req::GetData {
+                path: full.into(),
+                watch: None,
+            },
+            Op::GetChildren { .. } => Req::GetChildren {
+                path: full.into(),
+                watch: None,
+            },
+        }
+    }
+
+    fn opcode(&self) -> i32 {
+        match self {
+            Req::Create { mode, .. } => match mode {
+                CreateMode::Container => op::CREATE_CONTAINER,
+                CreateMode::PersistentWithTtl(_) | CreateMode::PersistentSequentialWithTtl(_) => {
+                    op::CREATE_TTL
+                }
+                _ => op::CREATE2,
+            },
+            Req::Delete { .. } => op::DELETE,
+            Req::SetData { .. } => op::SET_DATA,
+            Req::Check { .. } => op::CHECK,
+            Req::Exists { .. } => op::EXISTS,
+            Req::GetData { .. } => op::GET_DATA,
+            Req::GetChildren { .. } => op::GET_CHILDREN2,
+            Req::GetAcl { .. } => op::GET_ACL,
+            Req::SetAcl { .. } => op::SET_ACL,
+            Req::Sync { .. } => op::SYNC,
+            Req::AddWatch { .. } => op::ADD_WATCH,
+            Req::RemoveWatches { .. } => op::REMOVE_WATCHES,
+            Req::WhoAmI => op::WHO_AM_I,
+            Req::GetEphemerals { .. } => op::GET_EPHEMERALS,
+            Req::Multi(_) => op::MULTI,
+        }
+    }
+
+    /// The record after the request header.
+    fn body(&self, e: &mut Enc) {
+        match self {
+            Req::Create {
+                path,
+                data,
+                acl,
+                mode,
+            } => {
+                e.str(path).buffer(data).acl(acl).i32(mode.flags());
+                if let Some(ttl) = mode.ttl_ms() {
+                    e.i64(ttl);
+                }
+            }
+            Req::Delete { path, version } | Req::Check { path, version } => {
+                e.str(path).i32(*version);
+            }
+            Req::SetData {
+                path,
+                data,
+                version,
+            } => {
+                e.str(path).buffer(data).i32(*version);
+            }
+            Req::Exists { path, watch }
+            | Req::GetData { path, watch }
+            | Req::GetChildren { path, watch } => {
+                e.str(path).bool(watch.is_some());
+            }
+            Req::GetAcl { path } | Req::Sync { path } => {
+                e.str(path);
+            }
+            Req::SetAcl { path, acl, version } => {
+                e.str(path).acl(acl).i32(*version);
+            }
+            Req::AddWatch { path, watch } => {
+                let recursive = watch
+                    .as_ref()
+                    .is_some_and(|w| w.kind == WatchType::PersistentRecursive);
+                e.str(path).i32(recursive as i32);
+            }
+            Req::RemoveWatches { path, kind } => {
+                // The server's WatcherType: Children 1, Data 2 (exists watches too),
+                // Persistent 4, PersistentRecursive 5.
+                let code = match kind {
+                    WatchType::Child => 1,
+                    WatchType::Data | WatchType::Exist => 2,
+                    WatchType::Persistent => 4,
+                    WatchType::PersistentRecursive => 5,
+                };
+                e.str(path).i32(code);
+            }
+            Req::WhoAmI => {}
+            Req::GetEphemerals { prefix } => {
+                e.str(prefix);
+            }
+            Req::Multi(ops) => {
+                for sub in ops {
+                    e.i32(sub.opcode()).bool(false).i32(-1);
+                    sub.body(e);
+                }
+                e.i32(op::ERROR).bool(true).i32(-1);
+            }
+        }
+    }
+
+    /// The whole frame, with xid 0 (the outbox sets it).
+    pub fn frame(&self) -> Vec<u8> {
+        let mut e = Enc::request(0, self.opcode());
+        self.body(&mut e);
+        e.finish()
+    }
+
+    /// The watcher to register when the server sets the watch.
+    pub fn watch_reg(&self) -> Option<WatchReg> {
+        match self {
+            Req::Exists { watch, .. }
+            | Req::GetData { watch, .. }
+            | Req::GetChildren { watch, .. }
+            | Req::AddWatch { watch, .. } => watch.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// A create's answer (`Create2Response`): the path made and its stat.
+pub(crate) fn created(reply: &Reply) -> Decoded<(String, super::types::Stat)> {
+    let mut d = reply.record();
+    Ok((d.str()?, d.stat()?))
+}
+
+/// A read or write's result in a pipeline.
+pub(crate) fn op_result(op: &Op, reply: &Reply) -> Decoded<OpResult> {
+    let mut d = reply.record();
+    Ok(match op {
+        Op::Create { .. } => OpResult::Created {
+            path: d.str()?,
+            stat: d.stat()?,
+        },
+        Op::Delete { .. } => OpResult::Deleted,
+        Op::SetData { .. } => OpResult::DataSet(d.stat()?),
+        Op::Check { .. } => OpResult::Checked,
+        Op::Exists { .. } => OpResult::Exists(Some(d.stat()?)),
+        Op::GetData { .. } => OpResult::Data(d.buffer()?, d.stat()?),
+        Op::GetChildren { .. } => OpResult::Children(d.strs()?),
+    })
+}
+
+/// A transaction's per-operation results: `Err(code)` for an operation that failed (0 for one
+/// that would have succeeded but was rolled back with the failure before it, -2 for one after).
+pub(crate) fn multi_results(
+    reply: &Reply,
+    expected: usize,
+) -> Decoded<Vec<Result<OpResult, i32>>> {
+    let mut d = reply.record();
+    let mut out = Vec::with_capacity(expected);
+    loop {
+        let (kind, done, _err) = proto::multi_header(&mut d)?;
+        if done {
+            break;
+        }
+        out.push(match kind {
+            op::CREATE => Ok(OpResult::Created {
+                path: d.str()?,
+                stat: Default::default(),
+            }),
+            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => Ok(OpResult::Created {
+                path: d.str()?,
+                stat: d.stat()?,
+            }),
+            op::DELETE => Ok(OpResult::Deleted),
+            op::SET_DATA => Ok(OpResult::DataSet(d.stat()?)),
+            op::CHECK => Ok(OpResult::Checked),
+            op::ERROR => Err(d.i32()?),
+            _ => return Err(Malformed("unknown operation in a transaction's answer")),
+        });
+        if out.len() > expected {
+            return Err(Malformed("more results than operations"));
+        }
+    }
+    if out.len() != expected {
+        return Err(Malformed("fewer results than operations"));
+    }
+    Ok(out)
+}
+
+/// `WhoAmIResponse`.
+pub(crate) fn client_infos(reply: &Reply) -> Decoded<Vec<ClientInfo>> {
+    let mut d = reply.record();
+    let n = d.i32()?.max(0) as usize;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        if d.is_empty() {
+            return Err(Malformed("fewer identities than announced"));
+        }
+        out.push(ClientInfo {
+            scheme: d.str()?,
+            user: d.str()?,
+        });
+    }
+    Ok(out)
+}
+
+impl OpResult {
+    /// The result with created paths as the caller names them.
+    pub(crate) fn stripped(self, prefix: &str) -> OpResult {
+        match self {
+            OpResult::Created { path, stat } => OpResult::Created {
+                path: super::strip(prefix, &path),
+                stat,
+            },
+            other => other,
+        }
+    }
+}

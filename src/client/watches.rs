@@ -1,0 +1,240 @@
+//! The client's one watch registry: which channels wait for which (path, kind). A watcher is
+//! registered only once the server has set the watch, at most once per channel, and is
+//! removed when it fires (one-shot kinds), when its waiter gives up, or when the session ends.
+//! After a reconnect to the same session the registry tells the server what to restore.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use super::proto::{Notification, SetWatches};
+use super::types::{WatchEvent, WatchKind};
+
+/// The kinds of watch the server keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum WatchType {
+    /// Set by a data read: data changes and deletion.
+    Data,
+    /// Set by `exists` (also on a missing node): creation, data changes, deletion.
+    Exist,
+    /// Set by a children listing: child added or removed, deletion.
+    Child,
+    /// `addWatch` persistent: every change at the path; stays set.
+    Persistent,
+    /// `addWatch` persistent recursive: changes at the path and below; stays set.
+    PersistentRecursive,
+}
+
+/// A watcher to register when the server answers: `path` as the server names it.
+#[derive(Clone)]
+pub(crate) struct WatchReg {
+    pub path: String,
+    pub kind: WatchType,
+    pub tx: Sender<WatchEvent>,
+    /// Set when the caller stopped waiting for the answer: the watch is then not registered.
+    cancelled: Arc<AtomicBool>,
+}
+
+impl WatchReg {
+    pub fn new(path: &str, kind: WatchType, tx: &Sender<WatchEvent>) -> WatchReg {
+        WatchReg {
+            path: path.to_owned(),
+            kind,
+            tx: tx.clone(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    map: HashMap<(String, WatchType), Vec<Sender<WatchEvent>>>,
+}
+
+impl Registry {
+    /// Registers `reg`, unless it was cancelled or the same channel already waits there.
+    pub fn add(&mut self, reg: WatchReg) {
+        if reg.cancelled.load(Ordering::SeqCst) {
+            return;
+        }
+        let list = self.map.entry((reg.path, reg.kind)).or_default();
+        if !list.iter().any(|t| t.same_channel(&reg.tx)) {
+            list.push(reg.tx);
+        }
+    }
+
+    /// Removes `tx` from every watch at `path`; returns the kinds left with no watcher, which
+    /// the server may be told to drop.
+    pub fn remove(&mut self, path: &str, tx: &Sender<WatchEvent>) -> Vec<WatchType> {
+        let mut emptied = Vec::new();
+        self.map.retain(|(p, kind), list| {
+            if p != path {
+                return true;
+            }
+            let before = list.len();
+            list.retain(|t| !t.same_channel(tx));
+            if list.is_empty() && before > 0 {
+                emptied.push(*kind);
+                return false;
+            }
+            true
+        });
+        emptied
+    }
+
+    /// Cancels `reg`: not registered if its answer comes later, removed if it came already.
+    pub fn cancel(&mut self, reg: &WatchReg) {
+        reg.cancelled.store(true, Ordering::SeqCst);
+        if let Some(list) = self.map.get_mut(&(reg.path.clone(), reg.kind)) {
+            list.retain(|t| !t.same_channel(&reg.tx));
+            if list.is_empty() {
+                self.map.remove(&(reg.path.clone(), reg.kind));
+            }
+        }
+    }
+
+    /// The channels a notification goes to. One-shot watchers it fires are removed.
+    pub fn fire(&mut self, n: &Notification) -> Vec<Sender<WatchEvent>> {
+        use WatchType::*;
+        let one_shot: &[WatchType] = match n.kind {
+            WatchKind::Created | WatchKind::DataChanged => &[Data, Exist],
+            WatchKind::Deleted => &[Data, Exist, Child],
+            WatchKind::ChildrenChanged => &[Child],
+            WatchKind::Other => &[],
+        };
+        let mut out = Vec::new();
+        for kind in one_shot {
+            if let Some(list) = self.map.remove(&(n.path.clone(), *kind)) {
+                out.extend(list);
+            }
+        }
+        if n.kind != WatchKind::Other {
+            if let Some(list) = self.map.get(&(n.path.clone(), Persistent)) {
+                out.extend(list.iter().cloned());
+            }
+        }
+        if n.kind != WatchKind::ChildrenChanged && n.kind != WatchKind::Other {
+            for ancestor in ancestors(&n.path) {
+                if let Some(list) = self.map.get(&(ancestor.to_owned(), PersistentRecursive)) {
+                    out.extend(list.iter().cloned());
+                }
+            }
+        }
+        // One channel set for two kinds hears of the event once.
+        let mut unique: Vec<Sender<WatchEvent>> = Vec::with_capacity(out.len());
+        for tx in out {
+            if !unique.iter().any(|u| u.same_channel(&tx)) {
+                unique.push(tx);
+            }
+        }
+        unique
+    }
+
+    /// What to ask the server to restore on a resumed session.
+    pub fn to_restore(&self, relative_zxid: i64) -> Option<SetWatches> {
+        if self.map.is_empty() {
+            return None;
+        }
+        let mut set = SetWatches {
+            relative_zxid,
+            data: Vec::new(),
+            exist: Vec::new(),
+            child: Vec::new(),
+            persistent: Vec::new(),
+            persistent_recursive: Vec::new(),
+        };
+        for (path, kind) in self.map.keys() {
+            let list = match kind {
+                WatchType::Data => &mut set.data,
+                WatchType::Exist => &mut set.exist,
+                WatchType::Child => &mut set.child,
+                WatchType::Persistent => &mut set.persistent,
+                WatchType::PersistentRecursive => &mut set.persistent_recursive,
+            };
+            list.push(path.clone());
+        }
+        Some(set)
+    }
+
+    /// Forgets every watcher (the session is gone, and its watches with it).
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// Registered watchers, all kinds.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn len(&self) -> usize {
+        self.map.values().map(Vec::len).sum()
+    }
+}
+
+/// `path` and every ancestor up to the root.
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let mut next = Some(path);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = match cur.rfind('/') {
+            Some(0) if cur.len() > 1 => Some("/"),
+            Some(0) | None => None,
+            Some(i) => Some(&cur[..i]),
+        };
+        Some(cur)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::unbounded;
+
+    fn note(kind: WatchKind, path: &str) -> Notification {
+        Notification {
+            kind,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn a_channel_is_registered_once_and_fires_once() {
+        let mut r = Registry::default();
+        let (tx, _rx) = unbounded();
+        for _ in 0..3 {
+            r.add(WatchReg::new("/a", WatchType::Data, &tx));
+        }
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.fire(&note(WatchKind::Deleted, "/a")).len(), 1);
+        assert_eq!(r.fire(&note(WatchKind::Deleted, "/a")).len(), 0);
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_leaves_nothing() {
+        let mut r = Registry::default();
+        let (a, _ra) = unbounded();
+        let (b, _rb) = unbounded();
+        for tx in [&a, &b] {
+            r.add(WatchReg::new("/x", WatchType::Data, tx));
+        }
+        assert!(r.remove("/x", &a).is_empty());
+        assert_eq!(r.remove("/x", &b), vec![WatchType::Data]);
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn persistent_watches_stay_and_recursive_ones_see_descendants() {
+        let mut r = Registry::default();
+        let (tx, _rx) = unbounded();
+        r.add(WatchReg::new("/a", WatchType::PersistentRecursive, &tx));
+        let late = WatchReg::new("/b", WatchType::Data, &tx);
+        r.cancel(&late);
+        r.add(late);
+        assert_eq!(r.fire(&note(WatchKind::Deleted, "/b")).len(), 0);
+        assert_eq!(r.fire(&note(WatchKind::Created, "/a/b/c")).len(), 1);
+        assert_eq!(r.fire(&note(WatchKind::DataChanged, "/a")).len(), 1);
+        assert_eq!(r.fire(&note(WatchKind::ChildrenChanged, "/a")).len(), 0);
+        assert_eq!(r.fire(&note(WatchKind::Created, "/ab")).len(), 0);
+        assert_eq!(ancestors("/a/b").collect::<Vec<_>>(), ["/a/b", "/a", "/"]);
+        assert_eq!(ancestors("/").collect::<Vec<_>>(), ["/"]);
+    }
+}
