@@ -263,6 +263,8 @@ fn container_mode_makes_a_container_the_server_reaps() {
     let created = client.create("/c", b"", CreateMode::Container).unwrap();
     let child = client.create("/c/x", b"", CreateMode::Ephemeral).unwrap();
     client.delete(&child).unwrap();
-    wait_for(SOON, || client.exists(&created).unwrap().is_none().then_some(()))
-        .expect("the server never reaped the empty container");
+    wait_for(SOON, || {
+        client.exists(&created).unwrap().is_none().then_some(())
+    })
+    .expect("the server never reaped the empty container");
 }

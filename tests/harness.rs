@@ -49,7 +49,7 @@ fn a_wrong_classpath_is_a_clear_error_that_says_how_to_install_zookeeper() {
 }
 
 #[test]
-fn no_jvm_outlives_the_test_binary_even_when_it_is_killed() {
+fn no_jvm_or_server_directory_outlives_the_test_binary_even_when_it_is_killed() {
     init_logs();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -64,14 +64,17 @@ fn no_jvm_outlives_the_test_binary_even_when_it_is_killed() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let pid: u32 = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let pid: u32 = lines
         .find_map(|l| {
             l.strip_prefix("JVM_PID=")
                 .map(|p| p.trim().parse().unwrap())
         })
         .expect("the child never reported its server");
+    let dir = lines
+        .find_map(|l| l.strip_prefix("DIR=").map(std::path::PathBuf::from))
+        .expect("the child never reported its directory");
+    assert!(dir.exists());
     assert!(
         pid_alive(pid),
         "the child's JVM should run while the child does"
@@ -84,17 +87,23 @@ fn no_jvm_outlives_the_test_binary_even_when_it_is_killed() {
         wait_for(SOON, || (!pid_alive(pid)).then_some(())).is_some(),
         "JVM {pid} outlived the process that started it"
     );
+    assert!(
+        wait_for(SOON, || (!dir.exists()).then_some(())).is_some(),
+        "the killed process's server directory {} was left behind",
+        dir.display()
+    );
 }
 
-/// Run only by `no_jvm_outlives_the_test_binary_even_when_it_is_killed`, in a child process.
+/// Run only by `no_jvm_or_server_directory_outlives_the_test_binary_even_when_it_is_killed`, in a child process.
 #[test]
-#[ignore = "child process of no_jvm_outlives_the_test_binary_even_when_it_is_killed"]
+#[ignore = "child process of no_jvm_or_server_directory_outlives_the_test_binary_even_when_it_is_killed"]
 fn child_holds_a_server_until_killed() {
     if std::env::var_os("ZKR_HARNESS_CHILD").is_none() {
         return;
     }
     let server = TestingServer::start().unwrap();
     println!("JVM_PID={}", server.pid().unwrap());
+    println!("DIR={}", server.dir().display());
     // Wait to be killed; stdin is closed, so block on something that never comes.
     let (_tx, rx) = std::sync::mpsc::channel::<()>();
     let _ = rx.recv();

@@ -40,7 +40,8 @@ fn driver() -> Option<&'static PathBuf> {
                 ));
             }
         }
-        let dir = std::env::temp_dir().join(format!("zkr-interop-{}", std::process::id()));
+        // Cargo's own scratch space for tests, so nothing is left in the system temp dir.
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-driver");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let source = concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -358,3 +358,32 @@ fn metrics_count_acquisitions_waits_and_holds() {
     assert_eq!(m.timeouts, 0);
     assert_eq!(m.losses, 0);
 }
+
+#[test]
+fn a_waiter_that_times_out_two_hundred_times_leaves_no_watcher_behind() {
+    let holder_client = client();
+    let waiter = client();
+    let path = root("timeouts");
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let mutex = InterProcessMutex::new(&waiter, &path).unwrap();
+    for _ in 0..200 {
+        assert!(mutex
+            .try_acquire_for(Duration::from_millis(10))
+            .unwrap()
+            .is_none());
+    }
+    assert_eq!(waiter.testing_watch_count(), 0, "watchers left behind");
+    // Our nodes go too (some through the janitor, which finishes them in the background).
+    wait_for(SOON, || (children(&waiter, &path).len() == 1).then_some(()))
+        .expect("the timed-out attempts left nodes behind");
+    let before = waiter.metrics().watch_events;
+    drop(guard);
+    let again = mutex.try_acquire_for(SOON).unwrap();
+    assert!(again.is_some());
+    assert!(
+        waiter.metrics().watch_events - before <= 1,
+        "the release woke the waiter {} times",
+        waiter.metrics().watch_events - before
+    );
+}

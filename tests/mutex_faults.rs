@@ -293,3 +293,38 @@ fn with_lost_on_suspend_a_broken_connection_ends_the_hold_at_once() {
     ));
     relaxed_guard.release().unwrap();
 }
+
+#[test]
+fn try_acquire_for_returns_by_its_deadline_while_connections_are_refused() {
+    let f = faulty();
+    let holder_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/refused";
+    let holder = InterProcessMutex::new(&holder_client, path).unwrap();
+    let _guard = holder.acquire().unwrap();
+    let mutex = InterProcessMutex::new(&client, path).unwrap();
+    let wait = Duration::from_secs(2);
+    // Queued behind the holder when the connection goes: leaving must not wait for it.
+    let (tx, rx) = mpsc::channel();
+    let m = InterProcessMutex::new(&client, path).unwrap();
+    thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let r = m.try_acquire_for(wait).map(|g| g.is_some());
+        tx.send((r, started.elapsed())).unwrap();
+    });
+    wait_for(SOON, || {
+        (children(&holder_client, path).len() == 2).then_some(())
+    })
+    .expect("the waiter never queued");
+    f.proxy.refuse();
+    let (r, took) = rx.recv_timeout(SOON).unwrap();
+    assert!(matches!(r, Ok(false) | Err(Error::Timeout { .. })), "{r:?}");
+    let slack = Duration::from_millis(500);
+    assert!(took <= wait + slack, "queued attempt took {took:?}");
+    // Starting while refused.
+    let started = std::time::Instant::now();
+    let r = mutex.try_acquire_for(wait).map(|g| g.is_some());
+    let took = started.elapsed();
+    assert!(matches!(r, Ok(false) | Err(Error::Timeout { .. })), "{r:?}");
+    assert!(took <= wait + slack, "attempt while refused took {took:?}");
+}

@@ -235,21 +235,24 @@ impl Outbox {
 /// a partly read frame is kept for the next call.
 pub(crate) struct FrameReader {
     buf: Vec<u8>,
-    /// Bytes of `buf` already consumed by returned frames.
+    /// `buf[start..end]` holds bytes read and not yet returned.
     start: usize,
+    end: usize,
 }
 
 impl FrameReader {
     pub fn new() -> FrameReader {
         FrameReader {
-            buf: Vec::with_capacity(64 * 1024),
+            buf: vec![0; 64 * 1024],
             start: 0,
+            end: 0,
         }
     }
 
-    /// The next frame body if `buf` holds one whole; `InvalidData` for a length out of range.
+    /// The next frame body if the buffer holds one whole; `InvalidData` for a length out of
+    /// range. Makes room for the rest of a frame that does not fit.
     fn parse(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let avail = &self.buf[self.start..];
+        let avail = &self.buf[self.start..self.end];
         let Some(len) = avail.get(..4) else {
             return Ok(None);
         };
@@ -260,17 +263,26 @@ impl FrameReader {
                 format!("frame length {len} out of range"),
             ));
         }
-        let end = 4 + len as usize;
-        let Some(body) = avail.get(4..end) else {
-            return Ok(None);
-        };
-        let body = body.to_vec();
-        self.start += end;
-        if self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
+        let need = 4 + len as usize;
+        if let Some(body) = avail.get(4..need) {
+            let body = body.to_vec();
+            self.start += need;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            return Ok(Some(body));
         }
-        Ok(Some(body))
+        if self.buf.len() - self.start < need {
+            // Move what we have to the front, and grow if the frame is larger than the buffer.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.buf.len() < need {
+                self.buf.resize(need, 0);
+            }
+        }
+        Ok(None)
     }
 
     /// Reads until one whole frame is there. A read timeout comes back as `WouldBlock` or
@@ -280,17 +292,15 @@ impl FrameReader {
             if let Some(frame) = self.parse()? {
                 return Ok(frame);
             }
-            if self.start > 0 {
-                self.buf.drain(..self.start);
+            if self.end == self.buf.len() {
+                // Only a partial length prefix at the very end: move it to the front.
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
                 self.start = 0;
             }
-            let old = self.buf.len();
-            self.buf.resize(old + 64 * 1024, 0);
-            let n = r.read(&mut self.buf[old..]);
-            self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-            match n {
+            match r.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(_) => {}
+                Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -348,7 +358,12 @@ mod tests {
             if self.0.is_empty() {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let n = self.1.pop().unwrap_or(1).clamp(1, out.len()).min(self.0.len());
+            let n = self
+                .1
+                .pop()
+                .unwrap_or(1)
+                .clamp(1, out.len())
+                .min(self.0.len());
             out[..n].copy_from_slice(&self.0[..n]);
             self.0.drain(..n);
             Ok(n)
@@ -357,22 +372,23 @@ mod tests {
 
     #[test]
     fn frames_split_across_reads_and_timeouts_come_out_whole() {
+        let big = vec![9u8; 100_000];
         let mut bytes = Vec::new();
-        for body in [&b"abc"[..], b"", b"defgh"] {
+        for body in [&b"abc"[..], b"", &big, b"defgh"] {
             bytes.extend_from_slice(&(body.len() as i32).to_be_bytes());
             bytes.extend_from_slice(body);
         }
-        let mut src = Chunks(bytes, vec![1, 2, 3, 1, 5, 2]);
+        let mut src = Chunks(bytes, vec![1, 2, 3, 1, 5, 2, 70_000, 65_530]);
         let mut r = FrameReader::new();
         let mut got = Vec::new();
-        while got.len() < 3 {
+        while got.len() < 4 {
             match r.read_frame(&mut src) {
                 Ok(f) => got.push(f),
                 Err(e) if timed_out(&e) => panic!("ran dry: {got:?}"),
                 Err(e) => panic!("{e}"),
             }
         }
-        assert_eq!(got, vec![b"abc".to_vec(), vec![], b"defgh".to_vec()]);
+        assert_eq!(got, vec![b"abc".to_vec(), vec![], big, b"defgh".to_vec()]);
     }
 
     #[test]

@@ -23,7 +23,9 @@ use crossbeam_channel::Sender;
 use log::warn;
 
 pub use self::state::{ConnectionState, StateEvent, Subscription};
-pub use self::types::{AddWatchMode, ClientInfo, CreateMode, Op, OpResult, Stat, WatchEvent, WatchKind};
+pub use self::types::{
+    AddWatchMode, ClientInfo, CreateMode, Op, OpResult, Stat, WatchEvent, WatchKind,
+};
 pub use crate::session_id::SessionId;
 
 use self::conn::{Reply, Ticket};
@@ -513,8 +515,7 @@ impl Client {
     /// never retried: find such a node by a name of your own (as the locks do).
     pub fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String> {
         let acl = self.core.config.acl.clone();
-        self.create_with_acl(path, data, mode, &acl)
-            .map(|(p, _)| p)
+        self.create_with_acl(path, data, mode, &acl).map(|(p, _)| p)
     }
 
     /// [`create`](Self::create) with an ACL of its own; also returns the new node's stat.
@@ -540,7 +541,9 @@ impl Client {
         paths::validate(path, mode.is_sequential())?;
         check_data(data)?;
         if acl.is_empty() {
-            return Err(Error::BadArguments("an ACL needs at least one entry".into()));
+            return Err(Error::BadArguments(
+                "an ACL needs at least one entry".into(),
+            ));
         }
         let full = self.full(path);
         let retry = if mode.is_sequential() || mode.is_ephemeral() {
@@ -768,7 +771,9 @@ impl Client {
     pub fn set_acl(&self, path: &str, acl: &[Acl], version: Option<i32>) -> Result<Stat> {
         paths::validate(path, false)?;
         if acl.is_empty() {
-            return Err(Error::BadArguments("an ACL needs at least one entry".into()));
+            return Err(Error::BadArguments(
+                "an ACL needs at least one entry".into(),
+            ));
         }
         let full = self.full(path);
         let req = Req::SetAcl {
@@ -815,7 +820,10 @@ impl Client {
         let mut out = Vec::with_capacity(ops.len());
         // The answer carries each operation's result, also when the transaction failed: the
         // failed one has its code, the others 0 (before it) or -2 (after it).
-        for (i, r) in request::multi_results(&reply, ops.len())?.into_iter().enumerate() {
+        for (i, r) in request::multi_results(&reply, ops.len())?
+            .into_iter()
+            .enumerate()
+        {
             match r {
                 Ok(r) => out.push(r.stripped(prefix)),
                 Err(0) | Err(-2) => {}
@@ -897,6 +905,18 @@ impl Client {
         paths::validate(path, false)?;
         let full = self.full(path);
         for kind in self.core.forget_watch(&full, tx) {
+            let kind = match kind {
+                // Servers before 3.9 remove a persistent watch only as "any watch at the path";
+                // while other kinds stay wanted there, the server's watch is left to report
+                // into nobody.
+                WatchType::Persistent | WatchType::PersistentRecursive => {
+                    if self.core.has_watches(&full) {
+                        continue;
+                    }
+                    None
+                }
+                other => Some(other),
+            };
             let req = Req::RemoveWatches { path: &full, kind };
             match self.request(path, &req) {
                 Ok(_) => {}
@@ -944,9 +964,10 @@ impl Client {
         let fallback = Instant::now() + self.core.config.connection_timeout;
         match self.core.wait_connected(deadline.unwrap_or(fallback)) {
             Ok(id) => Ok(id),
-            Err(Error::ConnectionLoss) if deadline.is_some() => {
-                Err(Error::timeout(format!("a session to {what}"), Duration::ZERO))
-            }
+            Err(Error::ConnectionLoss) if deadline.is_some() => Err(Error::timeout(
+                format!("a session to {what}"),
+                Duration::ZERO,
+            )),
             Err(e) => Err(e),
         }
     }
@@ -992,8 +1013,7 @@ impl Client {
             .ok_or(Error::ConnectionLoss)?;
         let session = ticket.session;
         if let Some(d) = self.deadline {
-            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                wait_ready(&ticket.answer, d)
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = wait_ready(&ticket.answer, d)
             {
                 self.core.job(Job::Chore(Chore::Await {
                     answer: ticket.answer,
@@ -1003,7 +1023,10 @@ impl Client {
                     },
                     session,
                 }));
-                return Err(Error::timeout(format!("the create of {path}"), Duration::ZERO));
+                return Err(Error::timeout(
+                    format!("the create of {path}"),
+                    Duration::ZERO,
+                ));
             }
         }
         let reply = self.wait(ticket, path, None)?;

@@ -414,8 +414,33 @@ mod tests {
         let f = resp.encode();
         assert_eq!(ConnectResponse::decode(&f[4..]), Ok(resp.clone()));
         let short = &f[4..f.len() - 1];
-        assert_eq!(ConnectResponse::decode(short).map(|r| r.read_only), Ok(false));
+        assert_eq!(
+            ConnectResponse::decode(short).map(|r| r.read_only),
+            Ok(false)
+        );
         assert!(ConnectResponse::decode(&[0, 0, 0]).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a server sends, every decoder returns a value or `Malformed`.
+        #[test]
+        fn decoders_never_panic_on_garbage(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = ConnectResponse::decode(&bytes);
+            let mut d = Dec::new(&bytes);
+            if let Ok(h) = ReplyHeader::decode(&mut d) {
+                let _ = h.xid;
+                let _ = Notification::decode(&mut Dec::new(&bytes[16..]));
+            }
+            let _ = Dec::new(&bytes).stat();
+            let _ = Dec::new(&bytes).acl();
+            let _ = Dec::new(&bytes).strs();
+            let mut d = Dec::new(&bytes);
+            for _ in 0..8 {
+                if multi_header(&mut d).is_err() || d.str().is_err() {
+                    break;
+                }
+            }
+        }
     }
 
     #[test]

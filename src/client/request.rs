@@ -58,9 +58,10 @@ pub(crate) enum Req<'a> {
         path: Cow<'a, str>,
         watch: Option<WatchReg>,
     },
+    /// `kind: None` removes every watch at the path.
     RemoveWatches {
         path: &'a str,
-        kind: WatchType,
+        kind: Option<WatchType>,
     },
     WhoAmI,
     GetEphemerals {
@@ -175,13 +176,14 @@ impl<'a> Req<'a> {
                 e.str(path).i32(recursive as i32);
             }
             Req::RemoveWatches { path, kind } => {
-                // The server's WatcherType: Children 1, Data 2 (exists watches too),
-                // Persistent 4, PersistentRecursive 5.
+                // The server's WatcherType: Children 1, Data 2 (exists watches too), Any 3,
+                // Persistent 4, PersistentRecursive 5 (the last two from 3.9 on).
                 let code = match kind {
-                    WatchType::Child => 1,
-                    WatchType::Data | WatchType::Exist => 2,
-                    WatchType::Persistent => 4,
-                    WatchType::PersistentRecursive => 5,
+                    Some(WatchType::Child) => 1,
+                    Some(WatchType::Data | WatchType::Exist) => 2,
+                    None => 3,
+                    Some(WatchType::Persistent) => 4,
+                    Some(WatchType::PersistentRecursive) => 5,
                 };
                 e.str(path).i32(code);
             }
@@ -243,10 +245,7 @@ pub(crate) fn op_result(op: &Op, reply: &Reply) -> Decoded<OpResult> {
 
 /// A transaction's per-operation results: `Err(code)` for an operation that failed (0 for one
 /// that would have succeeded but was rolled back with the failure before it, -2 for one after).
-pub(crate) fn multi_results(
-    reply: &Reply,
-    expected: usize,
-) -> Decoded<Vec<Result<OpResult, i32>>> {
+pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Result<OpResult, i32>>> {
     let mut d = reply.record();
     let mut out = Vec::with_capacity(expected);
     loop {

@@ -328,6 +328,11 @@ impl Core {
         self.watches.lock().remove(path, tx)
     }
 
+    /// True if any watcher waits at `path` (a server path).
+    pub fn has_watches(&self, path: &str) -> bool {
+        self.watches.lock().has_path(path)
+    }
+
     /// Cancels a watch whose caller stopped waiting for the answer.
     pub fn cancel_watch(&self, reg: &super::watches::WatchReg) {
         self.watches.lock().cancel(reg);
@@ -406,7 +411,11 @@ impl Core {
     fn check_silence(&self) {
         if self.lost_at().is_some_and(|at| Instant::now() >= at) {
             if let Some(id) = self.session_id() {
-                self.lose(id, "no server took it back within the session timeout", true);
+                self.lose(
+                    id,
+                    "no server took it back within the session timeout",
+                    true,
+                );
             }
         }
     }
@@ -477,15 +486,19 @@ impl Core {
             ));
         }
         if let Some(old) = resume.as_ref().filter(|s| s.id.0 != answer.session_id) {
-            self.lose(old.id, "the server gave the connection another session", false);
+            self.lose(
+                old.id,
+                "the server gave the connection another session",
+                false,
+            );
         }
         for (scheme, credentials) in &self.config.auth {
             std::io::Write::write_all(&mut stream, &proto::auth_request(scheme, credentials))?;
         }
         for _ in &self.config.auth {
             let frame = reader.read_frame(&mut stream)?;
-            let header = ReplyHeader::decode(&mut Dec::new(&frame))
-                .map_err(|e| Dial::Failed(e.0.into()))?;
+            let header =
+                ReplyHeader::decode(&mut Dec::new(&frame)).map_err(|e| Dial::Failed(e.0.into()))?;
             match (header.xid, header.err) {
                 (xid::AUTH, 0) => {}
                 (xid::AUTH, _) => return Err(Dial::AuthFailed),
@@ -625,12 +638,17 @@ impl Core {
                 }
             }
             xid::PING => {
-                let sent = ping_sent.take().ok_or(proto::Malformed("unasked ping answer"))?;
+                let sent = ping_sent
+                    .take()
+                    .ok_or(proto::Malformed("unasked ping answer"))?;
                 self.answered(sent);
             }
             xid::SET_WATCHES => {
                 if header.err != 0 {
-                    warn!("the server did not restore the watches (error {})", header.err);
+                    warn!(
+                        "the server did not restore the watches (error {})",
+                        header.err
+                    );
                 }
             }
             xid::AUTH => return Err(proto::Malformed("auth answer after the handshake")),

@@ -84,6 +84,11 @@ impl Registry {
         emptied
     }
 
+    /// True if any watcher waits at `path`.
+    pub fn has_path(&self, path: &str) -> bool {
+        self.map.keys().any(|(p, _)| p == path)
+    }
+
     /// Cancels `reg`: not registered if its answer comes later, removed if it came already.
     pub fn cancel(&mut self, reg: &WatchReg) {
         reg.cancelled.store(true, Ordering::SeqCst);

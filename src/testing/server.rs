@@ -51,7 +51,10 @@ impl ServerOptions {
     pub(crate) fn jvm_properties(&self) -> Vec<String> {
         let mut props = Vec::new();
         if let Some(i) = self.container_check_interval {
-            props.push(format!("-Dznode.container.checkIntervalMs={}", i.as_millis()));
+            props.push(format!(
+                "-Dznode.container.checkIntervalMs={}",
+                i.as_millis()
+            ));
         }
         if self.extended_types {
             props.push("-Dzookeeper.extendedTypesEnabled=true".to_owned());
@@ -194,6 +197,12 @@ impl TestingServer {
     /// `127.0.0.1:<port>`.
     pub fn connect_string(&self) -> String {
         self.addr().to_string()
+    }
+
+    /// The server's own directory (configuration, data, log), removed when the server is
+    /// dropped or, if its process dies first, by the JVM's watchdog.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The JVM's process id, while it runs.

@@ -1,0 +1,152 @@
+//! A hostile server: a fake socket (this test's own listener, never the library's) that
+//! answers the handshake, then sends garbage, an oversized frame, an answer nobody asked for,
+//! or half a frame. The client must see connection loss and reconnect, never panic or hang;
+//! a read on the next (well-behaved) connection then succeeds.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use rstest::rstest;
+use zk_recipes::{Client, ConnectionState::*, Error};
+
+#[derive(Clone, Copy, Debug)]
+enum Misdeed {
+    Garbage,
+    OversizedFrame,
+    UnknownXid,
+    HalfAFrame,
+    Nothing,
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as i32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+fn connect_answer(read_only: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i32.to_be_bytes()); // protocol version
+    b.extend_from_slice(&4000i32.to_be_bytes()); // timeout
+    b.extend_from_slice(&0x42i64.to_be_bytes()); // session id
+    b.extend_from_slice(&16i32.to_be_bytes());
+    b.extend_from_slice(&[7; 16]);
+    b.push(read_only as u8);
+    frame(&b)
+}
+
+fn reply(xid: i32, record: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&xid.to_be_bytes());
+    b.extend_from_slice(&1i64.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(record);
+    frame(&b)
+}
+
+/// Serves connections: the first misbehaves on its first request, the later ones answer
+/// every request as an `exists` that found a node (an all-zero stat), and pings.
+fn fake_server(misdeed: Misdeed, read_only: bool) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            thread::spawn(move || {
+                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err()
+                {
+                    return;
+                }
+                let mut first = n == 0;
+                while let Some(req) = read_frame(&mut s) {
+                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                    if xid == -2 {
+                        let _ = s.write_all(&reply(-2, &[]));
+                        continue;
+                    }
+                    if first {
+                        first = false;
+                        let bytes = match misdeed {
+                            Misdeed::Garbage => frame(b"\x01\x02not a reply"),
+                            Misdeed::OversizedFrame => 0x7fff_fff0i32.to_be_bytes().to_vec(),
+                            Misdeed::UnknownXid => reply(xid + 1000, &[0; 68]),
+                            Misdeed::HalfAFrame => {
+                                let mut f = reply(xid, &[0; 68]);
+                                f.truncate(20);
+                                f
+                            }
+                            Misdeed::Nothing => reply(xid, &[0; 68]),
+                        };
+                        let _ = s.write_all(&bytes);
+                        if matches!(misdeed, Misdeed::HalfAFrame) {
+                            return; // closes mid-frame
+                        }
+                        continue;
+                    }
+                    if s.write_all(&reply(xid, &[0; 68])).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+#[rstest]
+#[case::garbage(Misdeed::Garbage)]
+#[case::oversized_frame(Misdeed::OversizedFrame)]
+#[case::unknown_xid(Misdeed::UnknownXid)]
+#[case::half_a_frame(Misdeed::HalfAFrame)]
+fn a_misbehaving_server_costs_a_reconnect_never_a_panic_or_a_hang(#[case] misdeed: Misdeed) {
+    init_logs();
+    let (addr, connections) = fake_server(misdeed, false);
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let sub = client.subscribe();
+    // Without retries the misdeed itself is seen: connection loss.
+    let first = client.with_timeout(SOON).delete_version("/x", 0);
+    assert_eq!(first, Err(Error::ConnectionLoss), "{misdeed:?}");
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    assert!(connections.load(Ordering::SeqCst) >= 2);
+    // A retried read goes through on the next connection.
+    assert!(client.with_timeout(SOON).exists("/x").unwrap().is_some());
+}
+
+#[test]
+fn a_read_only_server_is_refused_unless_allowed() {
+    init_logs();
+    let (addr, connections) = fake_server(Misdeed::Nothing, true);
+    let refused = Client::builder(&addr)
+        .connection_timeout(Duration::from_millis(800))
+        .connect();
+    assert!(matches!(refused, Err(Error::Timeout { .. })), "{refused:?}");
+    assert!(connections.load(Ordering::SeqCst) >= 1);
+    let allowed = Client::builder(&addr)
+        .allow_read_only(true)
+        .connect()
+        .unwrap();
+    assert!(allowed.exists("/x").unwrap().is_some());
+}
