@@ -188,7 +188,7 @@ impl Error {
         self.is_code(ZkCode::NodeExists)
     }
 
-    /// Maps a transport error onto ours; `path` is the caller's path.
+    /// Maps a server error code onto ours; `path` is the caller's path.
     pub(crate) fn from_zk(code: ZkCode, path: &str) -> Error {
         match code {
             ZkCode::ConnectionLoss | ZkCode::OperationTimeout => Error::ConnectionLoss,

@@ -5,18 +5,22 @@
 //!
 //! The crate is layered like Apache Curator:
 //!
-//! 1. [`Client`]: the framework client. It sits on the `zookeeper` crate, waits until a
-//!    session really exists, reports CONNECTED / SUSPENDED / RECONNECTED / LOST with the
-//!    session id, resumes the session when the transport gives up, bounds every call, retries
-//!    what is safe to retry, and tells until when the session is certainly valid.
-//! 2. The lock core, shared by every lock recipe (coming with the mutex recipes).
-//! 3. Thin recipes on top.
+//! 1. [`Client`]: the framework client. It speaks the ZooKeeper protocol itself (pipelined,
+//!    two threads per client, no listening socket), waits until a session really exists,
+//!    reports CONNECTED / SUSPENDED / RECONNECTED / LOST with the session id, restores watches
+//!    after a reconnect, bounds every call, retries what is safe to retry, and tells until when
+//!    the session is certainly valid.
+//! 2. The lock core, shared by every lock recipe: protected nodes, predecessor-only watches, a
+//!    wait that cannot miss its wake-up, leases and fencing tokens.
+//! 3. Thin recipes on top: [`InterProcessMutex`], [`InterProcessSemaphoreV2`],
+//!    [`InterProcessSemaphoreMutex`], [`lock::InterProcessReadWriteLock`], and leader election
+//!    in [`leader`].
 //!
 //! With the `testing` feature, the `testing` module runs the real Apache ZooKeeper server
 //! (single or an ensemble) and a fault proxy, for tests and examples.
 //!
-//! See the [`client`] module for the layering, the client's state machine and how each gap of
-//! the transport is closed.
+//! See the [`client`] module for the layering, the client's state machine and how calls are
+//! bounded.
 #![warn(missing_docs)]
 
 pub mod acl;

@@ -1,5 +1,5 @@
-//! The client under faults: connection cuts, server restarts, half-open connections, server-side
-//! expiry and a dying transport. Each test has its own server behind its own fault proxy.
+//! The client under faults: connection cuts, server restarts, half-open connections, refused
+//! connections and server-side expiry. Each test has its own server behind its own fault proxy.
 
 mod common;
 
