@@ -10,54 +10,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select, Sender};
+use crossbeam_channel::{Receiver, Select};
 use log::{debug, warn};
 
+use super::api::Client;
+use super::config::strip;
 use super::conn::Answer;
+use super::events::{Chore, Job, Then};
 use super::session::{Core, Phase};
-use super::types::WatchEvent;
 use crate::error::Error;
 use crate::session_id::SessionId;
-use crate::Client;
 
 /// Deadline of each request the janitor makes.
 const REQUEST: Duration = Duration::from_secs(5);
-
-/// Work for the event thread.
-pub(crate) enum Job {
-    /// A fired watch, for these channels.
-    Deliver(Vec<Sender<WatchEvent>>, WatchEvent),
-    Chore(Chore),
-    /// The session (re)connected: pending chores of it can go now.
-    Connected(SessionId),
-    Stop,
-}
-
-/// Clean-up handed to the janitor. Paths are the client's (without chroot or namespace).
-pub(crate) enum Chore {
-    /// Delete this node while `session` lives.
-    Delete { path: String, session: SessionId },
-    /// Delete every child of `parent` whose name contains `marker`.
-    DeleteMarked {
-        parent: String,
-        marker: String,
-        session: SessionId,
-    },
-    /// A request nobody waits for any more: once it is answered, finish its work.
-    Await {
-        answer: Receiver<Answer>,
-        then: Then,
-        session: SessionId,
-    },
-}
-
-/// What an awaited request was.
-pub(crate) enum Then {
-    /// A protected create under `parent`: whatever it made goes.
-    Created { parent: String, marker: String },
-    /// The delete of `path`: if it did not happen, it is tried again.
-    Deleted { path: String },
-}
 
 pub(crate) fn run(core: Arc<Core>, jobs: Receiver<Job>) {
     let mut todo: Vec<Chore> = Vec::new();
@@ -116,23 +81,13 @@ pub(crate) fn run(core: Arc<Core>, jobs: Receiver<Job>) {
     }
 }
 
-impl Chore {
-    fn session(&self) -> SessionId {
-        match self {
-            Chore::Delete { session, .. }
-            | Chore::DeleteMarked { session, .. }
-            | Chore::Await { session, .. } => *session,
-        }
-    }
-}
-
 /// The chore an awaited answer leaves, if any.
 fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Option<Chore> {
     let chore = match (then, answer) {
         (Then::Created { parent, marker }, Ok(reply)) if reply.header.err == 0 => {
             match reply.record().str() {
                 Ok(full) => Chore::Delete {
-                    path: super::strip(&core.config.prefix, &full),
+                    path: strip(&core.config.prefix, &full),
                     session,
                 },
                 Err(_) => Chore::DeleteMarked {

@@ -300,7 +300,7 @@ impl OpResult {
     pub(crate) fn stripped(self, prefix: &str) -> OpResult {
         match self {
             OpResult::Created { path, stat } => OpResult::Created {
-                path: super::strip(prefix, &path),
+                path: super::config::strip(prefix, &path),
                 stat,
             },
             other => other,

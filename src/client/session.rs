@@ -19,8 +19,9 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
+use super::config::{strip, Config};
 use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox};
-use super::janitor::{self, Job};
+use super::events::Job;
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
@@ -28,7 +29,6 @@ use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::types::WatchEvent;
 use super::watches::{Registry, WatchType};
-use super::Config;
 use crate::connect_string::HostPort;
 use crate::error::{Error, Result};
 use crate::session_id::SessionId;
@@ -128,8 +128,10 @@ struct Conn {
 }
 
 impl Core {
-    /// Starts the I/O thread (which connects) and the event thread.
-    pub fn start(config: Config) -> Result<Arc<Core>> {
+    /// Starts the I/O thread, which connects. Returns the receiving end of the work for the
+    /// client's second thread, which the caller starts and hands back with
+    /// [`adopt_thread`](Self::adopt_thread).
+    pub fn start(config: Config) -> Result<(Arc<Core>, Receiver<Job>)> {
         let (jobs, jobs_rx) = unbounded();
         let (stop, stopped) = unbounded();
         let core = Arc::new(Core {
@@ -157,30 +159,23 @@ impl Core {
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         });
-        let spawned = [
-            {
-                let c = core.clone();
-                thread::Builder::new()
-                    .name("zk-io".into())
-                    .spawn(move || c.io_main())
-            },
-            {
-                let c = core.clone();
-                thread::Builder::new()
-                    .name("zk-events".into())
-                    .spawn(move || janitor::run(c, jobs_rx))
-            },
-        ];
-        for handle in spawned {
-            match handle {
-                Ok(h) => core.threads.lock().push(h),
-                Err(e) => {
-                    core.shutdown();
-                    return Err(Error::BadArguments(format!("cannot start a thread: {e}")));
-                }
+        let c = core.clone();
+        match thread::Builder::new()
+            .name("zk-io".into())
+            .spawn(move || c.io_main())
+        {
+            Ok(h) => core.adopt_thread(h),
+            Err(e) => {
+                core.shutdown();
+                return Err(Error::BadArguments(format!("cannot start a thread: {e}")));
             }
         }
-        Ok(core)
+        Ok((core, jobs_rx))
+    }
+
+    /// A thread of this client, joined on shutdown.
+    pub fn adopt_thread(&self, handle: JoinHandle<()>) {
+        self.threads.lock().push(handle);
     }
 
     pub fn subscribe(&self) -> Subscription {
@@ -348,12 +343,7 @@ impl Core {
 
     fn io_main(self: Arc<Core>) {
         let mut hosts = self.config.connect.hosts.clone();
-        // Spread clients over the ensemble: start at a host that depends on the clock.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as usize);
-        let start = nanos % hosts.len().max(1);
-        hosts.rotate_left(start);
+        shuffle(&mut hosts);
         let mut failures = 0u32;
         let mut next = 0usize;
         while !self.is_closed() {
@@ -512,7 +502,7 @@ impl Core {
                 .watches
                 .lock()
                 .to_restore(self.last_zxid.load(Ordering::SeqCst));
-            if let Some(set) = restore {
+            for set in restore {
                 std::io::Write::write_all(&mut stream, &set.encode())?;
             }
         } else {
@@ -632,7 +622,7 @@ impl Core {
                         .fetch_add(to.len() as u64, Ordering::Relaxed);
                     let event = WatchEvent {
                         kind: n.kind,
-                        path: super::strip(&self.config.prefix, &n.path),
+                        path: strip(&self.config.prefix, &n.path),
                     };
                     self.job(Job::Deliver(to, event));
                 }
@@ -749,6 +739,22 @@ impl Core {
         }
         self.subscribers.clear();
         debug!("client closed");
+    }
+}
+
+/// Spreads clients over the ensemble: a Fisher–Yates shuffle seeded from the clock and the
+/// process id (no need for a random-number crate for this).
+fn shuffle<T>(items: &mut [T]) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos ^ (u64::from(std::process::id()) << 32) | 1;
+    for i in (1..items.len()).rev() {
+        // xorshift64
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        items.swap(i, (x % (i as u64 + 1)) as usize);
     }
 }
 

@@ -137,12 +137,11 @@ impl Registry {
         unique
     }
 
-    /// What to ask the server to restore on a resumed session.
-    pub fn to_restore(&self, relative_zxid: i64) -> Option<SetWatches> {
-        if self.map.is_empty() {
-            return None;
-        }
-        let mut set = SetWatches {
+    /// What to ask the server to restore on a resumed session, in frames of at most about
+    /// 128 KiB of paths each (as the Java client does; the server's own limit is 1 MiB).
+    pub fn to_restore(&self, relative_zxid: i64) -> Vec<SetWatches> {
+        const BATCH: usize = 128 * 1024;
+        let empty = || SetWatches {
             relative_zxid,
             data: Vec::new(),
             exist: Vec::new(),
@@ -150,7 +149,15 @@ impl Registry {
             persistent: Vec::new(),
             persistent_recursive: Vec::new(),
         };
+        let mut out = Vec::new();
+        let mut set = empty();
+        let mut size = 0;
         for (path, kind) in self.map.keys() {
+            if size + path.len() > BATCH && size > 0 {
+                out.push(std::mem::replace(&mut set, empty()));
+                size = 0;
+            }
+            size += path.len() + 4;
             let list = match kind {
                 WatchType::Data => &mut set.data,
                 WatchType::Exist => &mut set.exist,
@@ -160,7 +167,10 @@ impl Registry {
             };
             list.push(path.clone());
         }
-        Some(set)
+        if size > 0 {
+            out.push(set);
+        }
+        out
     }
 
     /// Forgets every watcher (the session is gone, and its watches with it).
@@ -214,6 +224,19 @@ mod tests {
     }
 
     #[test]
+    fn many_watches_are_restored_in_several_frames() {
+        let mut r = Registry::default();
+        let (tx, _rx) = unbounded();
+        for i in 0..3000 {
+            r.add(WatchReg::new(&format!("/{i:0>100}"), WatchType::Data, &tx));
+        }
+        let sets = r.to_restore(1);
+        assert!(sets.len() >= 2);
+        assert_eq!(sets.iter().map(|s| s.data.len()).sum::<usize>(), 3000);
+        assert!(sets.iter().all(|s| s.encode().len() < 200 * 1024));
+    }
+
+    #[test]
     fn a_waiter_that_gives_up_leaves_nothing() {
         let mut r = Registry::default();
         let (a, _ra) = unbounded();
@@ -235,6 +258,7 @@ mod tests {
         r.cancel(&late);
         r.add(late);
         assert_eq!(r.fire(&note(WatchKind::Deleted, "/b")).len(), 0);
+        assert_eq!(r.to_restore(7).len(), 1);
         assert_eq!(r.fire(&note(WatchKind::Created, "/a/b/c")).len(), 1);
         assert_eq!(r.fire(&note(WatchKind::DataChanged, "/a")).len(), 1);
         assert_eq!(r.fire(&note(WatchKind::ChildrenChanged, "/a")).len(), 0);

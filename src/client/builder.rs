@@ -1,0 +1,219 @@
+//! Configuring and opening a client: settings are checked before anything is sent, and
+//! `connect` returns only once the server has granted a session.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::api::Client;
+use super::config::Config;
+use super::janitor;
+use super::session::Core;
+use crate::acl::Acl;
+use crate::connect_string::ConnectString;
+use crate::error::{Error, Result};
+use crate::paths;
+use crate::retry::RetryPolicy;
+
+/// Configures and opens a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    connect_string: String,
+    auth: Vec<(String, Vec<u8>)>,
+    acl: Vec<Acl>,
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    retry: RetryPolicy,
+    namespace: Option<String>,
+    allow_read_only: bool,
+}
+
+impl ClientBuilder {
+    /// Session timeout to ask for (the server may grant another within its
+    /// `minSessionTimeout`..`maxSessionTimeout`; [`Client::session_timeout`] tells).
+    /// Default 30 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) and every call wait for a connection before failing
+    /// (one connection attempt gets at most this, or the session timeout shared by the hosts).
+    /// Default 15 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Retry policy for operations that are safe to retry: how many retries and for how long.
+    /// A retry waits for the next connection, not for a timer. Default:
+    /// [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Authenticates every connection of every session with `scheme` and `credentials` (for
+    /// example `"digest"` and `b"user:password"`), sent right behind the handshake and before
+    /// any request. A scheme the server refuses makes `connect` and every call fail at once
+    /// with `AuthFailed`. (With `digest` any password authenticates; a wrong one simply
+    /// matches no ACL, so protected nodes answer `NoAuth`.)
+    pub fn authorization(mut self, scheme: &str, credentials: impl Into<Vec<u8>>) -> Self {
+        self.auth.push((scheme.to_owned(), credentials.into()));
+        self
+    }
+
+    /// The ACL of every node this client creates (default: open to everyone, as ZooKeeper's
+    /// own default). See [`acl::creator_all_others_read`](crate::acl::creator_all_others_read).
+    /// Recipes may set their own with `LockOptions::acl`.
+    pub fn default_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
+    }
+
+    /// Puts every path below `/namespace` (a single node name or a path without the leading
+    /// slash, e.g. `"app/locks"`). Created on connect if missing.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Accepts a session from a server that is cut off from its quorum and serves reads only
+    /// (default: refused, and the next host is tried). Writes on such a session fail with
+    /// `NotReadOnly`; locks need a quorum and should leave this off.
+    pub fn allow_read_only(mut self, allow: bool) -> Self {
+        self.allow_read_only = allow;
+        self
+    }
+
+    fn config(&self) -> Result<Config> {
+        let connect = ConnectString::parse(&self.connect_string)?;
+        let sane =
+            |d: Duration| d >= Duration::from_millis(100) && d <= Duration::from_secs(86_400);
+        if !sane(self.session_timeout) {
+            return Err(Error::BadArguments(format!(
+                "session timeout {:?} is outside 100 ms ..= 1 day",
+                self.session_timeout
+            )));
+        }
+        if !sane(self.connection_timeout) {
+            return Err(Error::BadArguments(format!(
+                "connection timeout {:?} is outside 100 ms ..= 1 day",
+                self.connection_timeout
+            )));
+        }
+        let mut prefix = connect.chroot.clone().unwrap_or_default();
+        if let Some(ns) = &self.namespace {
+            let ns_path = format!("/{}", ns.trim_start_matches('/'));
+            paths::validate(&ns_path, false)
+                .map_err(|e| Error::BadArguments(format!("namespace {ns:?}: {e}")))?;
+            if ns_path != "/" {
+                prefix.push_str(&ns_path);
+            }
+        }
+        if self.acl.is_empty() {
+            return Err(Error::BadArguments(
+                "an ACL needs at least one entry".into(),
+            ));
+        }
+        for (scheme, _) in &self.auth {
+            if scheme.is_empty() || scheme.contains(char::is_whitespace) {
+                return Err(Error::BadArguments(format!(
+                    "{scheme:?} is not an auth scheme"
+                )));
+            }
+        }
+        Ok(Config {
+            connect,
+            auth: self.auth.clone(),
+            acl: self.acl.clone(),
+            session_timeout: self.session_timeout,
+            connection_timeout: self.connection_timeout,
+            retry: self.retry.clone(),
+            prefix,
+            allow_read_only: self.allow_read_only,
+        })
+    }
+
+    /// Connects and blocks until the server has granted a session, at most the connection
+    /// timeout.
+    ///
+    /// # Errors
+    /// `BadArguments` for a bad connect string, namespace or timeout; `Timeout` when no session
+    /// was established in time (nothing listens, or the servers do not answer); `AuthFailed`
+    /// when the server refused the credentials.
+    pub fn connect(self) -> Result<Client> {
+        let config = self.config()?;
+        let connection_timeout = config.connection_timeout;
+        let (core, jobs) = Core::start(config)?;
+        // The client's second thread: watch delivery and the janitor.
+        let c = core.clone();
+        let spawned = thread::Builder::new()
+            .name("zk-events".into())
+            .spawn(move || janitor::run(c, jobs));
+        match spawned {
+            Ok(handle) => core.adopt_thread(handle),
+            Err(e) => {
+                core.shutdown();
+                return Err(Error::BadArguments(format!("cannot start a thread: {e}")));
+            }
+        }
+        let client = Client::owning(core);
+        let until = Instant::now() + connection_timeout;
+        match client.core().wait_connected(until) {
+            Ok(_) => {}
+            Err(Error::ConnectionLoss) => {
+                return Err(Error::timeout(
+                    format!(
+                        "a ZooKeeper session from {} (is a server running there?)",
+                        self.connect_string
+                    ),
+                    connection_timeout,
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+        let prefix = client.core().config.prefix.clone();
+        if !prefix.is_empty() {
+            let acl = client.core().config.acl.clone();
+            client.ensure_full_path(&prefix, &acl)?;
+        }
+        Ok(client)
+    }
+}
+
+impl Client {
+    /// Starts configuring a client for `connect_string` (`host:port[,host:port...][/chroot]`).
+    pub fn builder(connect_string: &str) -> ClientBuilder {
+        ClientBuilder {
+            connect_string: connect_string.to_owned(),
+            auth: Vec::new(),
+            acl: crate::acl::open(),
+            session_timeout: Duration::from_secs(30),
+            connection_timeout: Duration::from_secs(15),
+            retry: RetryPolicy::default(),
+            namespace: None,
+            allow_read_only: false,
+        }
+    }
+
+    /// Connects with the default settings. See [`ClientBuilder::connect`].
+    pub fn connect(connect_string: &str) -> Result<Client> {
+        Client::builder(connect_string).connect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_refuses_bad_settings_before_connecting() {
+        let bad = |b: ClientBuilder| matches!(b.connect(), Err(Error::BadArguments(_)));
+        assert!(bad(Client::builder("nohostport")));
+        assert!(bad(Client::builder("h:1").session_timeout(Duration::ZERO)));
+        assert!(bad(
+            Client::builder("h:1").connection_timeout(Duration::from_secs(10_000_000))
+        ));
+        assert!(bad(Client::builder("h:1").namespace("a//b")));
+    }
+}

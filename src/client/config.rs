@@ -1,0 +1,54 @@
+//! A client's settings once checked, and the path prefix (chroot and namespace) they imply.
+
+use std::time::Duration;
+
+use crate::acl::Acl;
+use crate::connect_string::ConnectString;
+use crate::retry::RetryPolicy;
+
+pub(crate) struct Config {
+    pub connect: ConnectString,
+    /// `addAuth` credentials for every connection.
+    pub auth: Vec<(String, Vec<u8>)>,
+    /// ACL of the nodes this client creates, unless a recipe gives its own.
+    pub acl: Vec<Acl>,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    pub retry: RetryPolicy,
+    /// Chroot and namespace, joined: every path the caller gives is below it. Empty for none.
+    pub prefix: String,
+    pub allow_read_only: bool,
+}
+
+impl Config {
+    /// `path` with the chroot and namespace in front, as the server names it.
+    pub fn full(&self, path: &str) -> String {
+        match (self.prefix.is_empty(), path) {
+            (true, _) => path.to_owned(),
+            (false, "/") => self.prefix.clone(),
+            (false, p) => format!("{}{p}", self.prefix),
+        }
+    }
+}
+
+/// `full` without the client's chroot and namespace.
+pub(crate) fn strip(prefix: &str, full: &str) -> String {
+    match full.strip_prefix(prefix) {
+        Some("") => "/".to_owned(),
+        Some(rest) if !prefix.is_empty() && rest.starts_with('/') => rest.to_owned(),
+        _ => full.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_is_stripped_from_returned_paths() {
+        assert_eq!(strip("/ns", "/ns/a"), "/a");
+        assert_eq!(strip("/ns", "/ns"), "/");
+        assert_eq!(strip("", "/a"), "/a");
+        assert_eq!(strip("/ns", "/nsx"), "/nsx");
+    }
+}

@@ -1,0 +1,56 @@
+//! What the client's second thread is given to do: watch events to deliver, and clean-up for
+//! the janitor. Plain data, so that the session layer and the calls can hand work over without
+//! depending on the thread that does it.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::conn::Answer;
+use super::types::WatchEvent;
+use crate::session_id::SessionId;
+
+/// Work for the event thread.
+pub(crate) enum Job {
+    /// A fired watch, for these channels.
+    Deliver(Vec<Sender<WatchEvent>>, WatchEvent),
+    Chore(Chore),
+    /// The session (re)connected: pending chores of it can go now.
+    Connected(SessionId),
+    Stop,
+}
+
+/// Clean-up handed to the janitor. Paths are the client's (without chroot or namespace).
+pub(crate) enum Chore {
+    /// Delete this node while `session` lives.
+    Delete { path: String, session: SessionId },
+    /// Delete every child of `parent` whose name contains `marker`.
+    DeleteMarked {
+        parent: String,
+        marker: String,
+        session: SessionId,
+    },
+    /// A request nobody waits for any more: once it is answered, finish its work.
+    Await {
+        answer: Receiver<Answer>,
+        then: Then,
+        session: SessionId,
+    },
+}
+
+/// What an awaited request was.
+pub(crate) enum Then {
+    /// A protected create under `parent`: whatever it made goes.
+    Created { parent: String, marker: String },
+    /// The delete of `path`: if it did not happen, it is tried again.
+    Deleted { path: String },
+}
+
+impl Chore {
+    /// The session whose node the chore is about.
+    pub fn session(&self) -> SessionId {
+        match self {
+            Chore::Delete { session, .. }
+            | Chore::DeleteMarked { session, .. }
+            | Chore::Await { session, .. } => *session,
+        }
+    }
+}
