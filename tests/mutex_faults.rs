@@ -328,3 +328,60 @@ fn try_acquire_for_returns_by_its_deadline_while_connections_are_refused() {
     assert!(matches!(r, Ok(false) | Err(Error::Timeout { .. })), "{r:?}");
     assert!(took <= wait + slack, "attempt while refused took {took:?}");
 }
+
+/// Expires `client`'s session on the server while its traffic is held, then lets it through:
+/// the client finds the session expired and builds a new one.
+fn expire_and_renew(f: &Faulty, client: &Client) {
+    let sub = client.subscribe();
+    let (id, passwd) = client.testing_session_credentials().unwrap();
+    f.proxy.blackhole();
+    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
+    f.proxy.heal();
+    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+}
+
+#[test]
+fn a_reentrant_acquire_after_the_hold_was_lost_fails_and_drops_the_dead_hold() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let path = "/reentry-after-loss";
+    let mutex = InterProcessMutex::new(&client, path).unwrap();
+    let old = mutex.acquire().unwrap();
+    expire_and_renew(&f, &client);
+    let theirs = InterProcessMutex::new(&other, path).unwrap();
+    let their_guard = theirs
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("lock never freed");
+
+    let again = mutex.try_acquire_for(Duration::from_secs(1));
+    assert!(
+        matches!(again, Err(Error::SessionLost { .. })),
+        "a dead hold was re-entered: {again:?}"
+    );
+    assert!(!mutex.is_owned_by_current_thread(), "the dead hold stays");
+    // The old guard, released after the dead hold was dropped, takes nothing with it.
+    assert!(matches!(old.release(), Err(Error::SessionLost { .. })));
+    assert!(their_guard.check().is_ok());
+    assert_eq!(children(&other, path).len(), 1);
+}
+
+#[test]
+fn an_old_guard_released_late_never_deletes_the_node_of_a_newer_hold() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let path = "/late-guard";
+    let mutex = InterProcessMutex::new(&client, path).unwrap();
+    let g1 = mutex.acquire().unwrap();
+    expire_and_renew(&f, &client);
+    // The dead hold is dropped, and a new one taken under the new session.
+    assert!(matches!(mutex.acquire(), Err(Error::SessionLost { .. })));
+    let g2 = mutex.acquire().unwrap();
+    assert_ne!(g1.node_path(), g2.node_path());
+    drop(g1);
+    assert!(g2.check().is_ok());
+    let stat = client.exists(g2.node_path()).unwrap();
+    assert!(stat.is_some(), "the old guard deleted the new hold's node");
+    assert!(mutex.try_acquire().unwrap().is_some(), "still re-entrant");
+}

@@ -287,3 +287,70 @@ fn when_the_writers_session_is_lost_a_reader_acquires_and_the_lost_guard_knows()
     f.proxy.heal();
     assert!(matches!(write.release(), Err(Error::SessionLost { .. })));
 }
+
+#[test]
+fn a_lost_write_hold_gives_no_read_while_another_client_writes() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let path = "/rw-downgrade-after-loss";
+    let lock = InterProcessReadWriteLock::new(&client, path).unwrap();
+    let write = lock.write_lock().acquire().unwrap();
+    let sub = client.subscribe();
+    let (id, passwd) = client.testing_session_credentials().unwrap();
+    f.proxy.blackhole();
+    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
+    f.proxy.heal();
+    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+    let theirs = InterProcessReadWriteLock::new(&other, path).unwrap();
+    let their_write = theirs
+        .write_lock()
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("never freed");
+
+    let read = lock.read_lock().try_acquire_for(Duration::from_secs(3));
+    assert!(
+        matches!(read, Err(Error::SessionLost { .. })),
+        "a read built on a lost write hold: {:?}",
+        read.map(|g| g.map(|g| g.node_path().to_string()))
+    );
+    assert!(matches!(write.downgrade(), Err(Error::SessionLost { .. })));
+    assert!(their_write.check().is_ok());
+}
+
+#[test]
+fn write_guard_downgrade_keeps_a_queued_writer_out_until_the_read_is_released() {
+    let c = client();
+    let path = root("rw-downgrade-guard");
+    let lock = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let write = lock.write_lock().acquire().unwrap();
+    let other_client = client();
+    let other = InterProcessReadWriteLock::new(&other_client, &path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiting_writer = thread::spawn(move || {
+        let g = other.write_lock().acquire().unwrap();
+        tx.send(()).unwrap();
+        drop(g);
+    });
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    let read = write.downgrade().unwrap();
+    assert!(read.check().is_ok());
+    assert!(
+        lock.write_lock().participant_nodes().unwrap().len() == 1,
+        "only the queued writer"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the queued writer got in past the downgraded read"
+    );
+    read.release().unwrap();
+    rx.recv_timeout(SOON)
+        .expect("the writer never got the lock");
+    waiting_writer.join().unwrap();
+    let read_guard = lock.read_lock().acquire().unwrap();
+    assert!(matches!(
+        read_guard.downgrade(),
+        Err(Error::IllegalState(_))
+    ));
+}

@@ -575,6 +575,18 @@ impl LockCore {
         }
     }
 
+    /// True if `lease` is still a hold something can build on: its session live, its lease
+    /// valid, and its node still there and ours on the server (someone may have deleted it).
+    pub fn still_holds(&self, lease: &Lease, deadline: Option<Instant>) -> Result<bool> {
+        if !lease.is_held() || lease.check().is_err() {
+            return Ok(false);
+        }
+        Ok(self
+            .client_until(deadline)
+            .exists(lease.node_path())?
+            .is_some_and(|stat| stat.ephemeral_owner == lease.session_id().0))
+    }
+
     /// The data (holder id) of the first contender.
     pub fn current_holder(&self) -> Result<Option<String>> {
         for c in self.contenders(None)? {

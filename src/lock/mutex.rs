@@ -29,12 +29,13 @@ struct Hold {
 /// This process's holds of one lock, by thread.
 type Holds = Arc<Mutex<HashMap<ThreadId, Hold>>>;
 
-/// What a mutex is: a plain one, or one side of a read/write lock (which knows the other
-/// side's holds, for downgrade and for refusing an upgrade).
+/// What a mutex is: a plain one, or one side of a read/write lock. The reader knows the
+/// writer's holds (a downgrade builds on one); the writer knows the reader (to refuse an
+/// upgrade, and to hand a downgraded guard its read side).
 enum Role {
     Plain,
     Reader { writer: Holds },
-    Writer { reader: Holds },
+    Writer { reader: Arc<InterProcessMutex> },
 }
 
 /// A mutex shared by every process that uses the same ZooKeeper path: one holder at a time, in
@@ -112,23 +113,25 @@ impl InterProcessMutex {
         client: &Client,
         path: &str,
         options: LockOptions,
-    ) -> Result<(InterProcessMutex, InterProcessMutex)> {
-        let (read_holds, write_holds) = (Holds::default(), Holds::default());
-        let read = InterProcessMutex {
+    ) -> Result<(Arc<InterProcessMutex>, InterProcessMutex)> {
+        let write_holds = Holds::default();
+        let read = Arc::new(InterProcessMutex {
             core: LockCore::new(client, path, options.clone())?,
             lock_name: READ_NAME,
             rule: Box::new(ReaderRule),
             role: Role::Reader {
                 writer: write_holds.clone(),
             },
-            holds: read_holds.clone(),
+            holds: Holds::default(),
             revocation: Mutex::new(None),
-        };
+        });
         let write = InterProcessMutex {
             core: LockCore::new(client, path, options)?,
             lock_name: WRITE_NAME,
             rule: Box::new(WriterRule),
-            role: Role::Writer { reader: read_holds },
+            role: Role::Writer {
+                reader: read.clone(),
+            },
             holds: write_holds,
             revocation: Mutex::new(None),
         };
@@ -156,6 +159,14 @@ impl InterProcessMutex {
         self.lock(Some(Instant::now() + timeout), true)
     }
 
+    /// Waits until `deadline` at the latest; `Ok(None)` if the lock was not had by then.
+    pub fn try_acquire_until(
+        &self,
+        deadline: Instant,
+    ) -> Result<Option<InterProcessMutexGuard<'_>>> {
+        self.lock(Some(deadline), true)
+    }
+
     /// Takes the lock only if nobody holds or waits for it (no waiting).
     pub fn try_acquire(&self) -> Result<Option<InterProcessMutexGuard<'_>>> {
         self.lock(None, false)
@@ -167,12 +178,22 @@ impl InterProcessMutex {
         wait: bool,
     ) -> Result<Option<InterProcessMutexGuard<'_>>> {
         let me = thread::current().id();
-        if let Some(hold) = self.holds.lock().get_mut(&me) {
-            hold.count += 1;
-            return Ok(Some(self.guard(hold.lease.clone())));
+        // Re-entry builds on this thread's hold: only if it is still sound.
+        let held = self.holds.lock().get(&me).map(|h| h.lease.clone());
+        if let Some(lease) = held {
+            if !self.core.still_holds(&lease, deadline)? {
+                self.drop_dead_hold(me, &lease);
+                return Err(Error::SessionLost {
+                    session_id: lease.session_id(),
+                });
+            }
+            if let Some(hold) = self.holds.lock().get_mut(&me) {
+                hold.count += 1;
+            }
+            return Ok(Some(self.guard(lease)));
         }
         let acquired = match &self.role {
-            Role::Writer { reader } if reader.lock().contains_key(&me) => {
+            Role::Writer { reader } if reader.holds.lock().contains_key(&me) => {
                 return Err(Error::LockUpgrade {
                     path: self.core.path.clone(),
                 })
@@ -180,15 +201,23 @@ impl InterProcessMutex {
             Role::Reader { writer } => {
                 // Downgrade: the thread holding the write lock reads at once. Its read node
                 // carries the write node's sequence, so it stands right behind it, ahead of any
-                // writer that queued meanwhile (who must then wait for this read too).
-                let write_seq = writer
-                    .lock()
-                    .get(&me)
-                    .and_then(|h| sequence_of(paths::node_name(h.lease.node_path())));
-                match write_seq {
-                    Some(seq) => self
-                        .core
-                        .grant(&format!("{READ_NAME}{seq:010}-"), deadline)?,
+                // writer that queued meanwhile (who must then wait for this read too). Only a
+                // write hold that is still sound can be built on.
+                let write_hold = writer.lock().get(&me).map(|h| h.lease.clone());
+                match write_hold {
+                    Some(lease) => {
+                        if !self.core.still_holds(&lease, deadline)? {
+                            return Err(Error::SessionLost {
+                                session_id: lease.session_id(),
+                            });
+                        }
+                        let seq =
+                            sequence_of(paths::node_name(lease.node_path())).ok_or_else(|| {
+                                Error::IllegalState("a write node without a sequence".into())
+                            })?;
+                        self.core
+                            .grant(&format!("{READ_NAME}{seq:010}-"), deadline)?
+                    }
                     None => self
                         .core
                         .acquire(self.lock_name, &*self.rule, deadline, wait)?,
@@ -225,32 +254,37 @@ impl InterProcessMutex {
         }
     }
 
-    /// Releases one hold of the calling thread (the way Curator's `release()` does); the node is
-    /// deleted when the thread's last hold goes.
-    ///
-    /// # Errors
-    /// `IllegalState` if this thread does not hold the lock; `SessionLost` if the lock had
-    /// been lost (the hold is gone all the same).
-    pub fn release(&self) -> Result<()> {
-        let me = thread::current().id();
-        let hold = {
+    /// Forgets this thread's hold on `lease`, which can no longer be trusted, and removes its
+    /// node if it is still there. Guards still out on it report the loss when released.
+    fn drop_dead_hold(&self, me: ThreadId, lease: &Arc<Lease>) {
+        let removed = {
             let mut holds = self.holds.lock();
-            let Some(hold) = holds.get_mut(&me) else {
-                return Err(Error::IllegalState(format!(
-                    "this thread does not hold the lock {}",
-                    self.core.path
-                )));
-            };
-            hold.count -= 1;
-            if hold.count > 0 {
-                return Ok(());
+            match holds.get(&me) {
+                Some(h) if Arc::ptr_eq(&h.lease, lease) => holds.remove(&me),
+                _ => None,
             }
-            holds.remove(&me)
         };
-        match hold {
-            Some(hold) => self.core.release(&hold.lease),
-            None => Ok(()),
+        if removed.is_some() {
+            let _ = self.core.release(lease);
         }
+    }
+
+    /// Releases one guard's share of its hold; the node is deleted when the hold's last guard
+    /// goes. A guard whose hold was already dropped as dead releases only its own node, so it
+    /// can never take a newer hold's node with it.
+    fn release_guard(&self, lease: &Arc<Lease>) -> Result<()> {
+        let me = thread::current().id();
+        {
+            let mut holds = self.holds.lock();
+            if let Some(hold) = holds.get_mut(&me).filter(|h| Arc::ptr_eq(&h.lease, lease)) {
+                hold.count -= 1;
+                if hold.count > 0 {
+                    return Ok(());
+                }
+                holds.remove(&me);
+            }
+        }
+        self.core.release(lease)
     }
 
     /// True if some thread of this process holds the lock through this value.
@@ -290,12 +324,35 @@ impl InterProcessMutex {
     }
 }
 
-impl InterProcessMutexGuard<'_> {
-    /// Releases this hold now and reports how it ended: `SessionLost` if the lock was not
-    /// certainly held up to now (lost, or its lease check failing); the hold is gone either way.
+impl<'a> InterProcessMutexGuard<'a> {
+    /// Releases this guard now and reports how the hold ended: `SessionLost` if the lock was
+    /// not certainly held up to now (lost, or its lease check failing); the hold is gone either
+    /// way. With other guards of the same thread still out (re-entry), the lock stays held
+    /// until the last one goes.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
-        self.mutex.release()
+        self.mutex.release_guard(&self.lease)
+    }
+
+    /// Turns a write guard of an [`InterProcessReadWriteLock`](super::InterProcessReadWriteLock)
+    /// into a read guard without letting go in between: the read is taken first (at once, right
+    /// behind the write node, so a writer that queued meanwhile keeps waiting), then the write
+    /// is released.
+    ///
+    /// # Errors
+    /// `IllegalState` for a guard that is not a write guard; `SessionLost` if the write hold is
+    /// no longer sound (the write guard is released either way).
+    pub fn downgrade(self) -> Result<InterProcessMutexGuard<'a>> {
+        let mutex: &'a InterProcessMutex = self.mutex;
+        let Role::Writer { reader } = &mutex.role else {
+            return Err(Error::IllegalState(format!(
+                "only a write guard can be downgraded ({})",
+                mutex.core.path
+            )));
+        };
+        let read = reader.lock(None, true);
+        drop(self);
+        read?.ok_or_else(|| Error::IllegalState("a downgrade gave up".into()))
     }
 }
 
@@ -309,7 +366,7 @@ impl Deref for InterProcessMutexGuard<'_> {
 impl Drop for InterProcessMutexGuard<'_> {
     fn drop(&mut self) {
         if !self.released {
-            if let Err(e) = self.mutex.release() {
+            if let Err(e) = self.mutex.release_guard(&self.lease) {
                 warn!("releasing {}: {e}", self.mutex.core.path);
             }
         }

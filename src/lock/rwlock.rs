@@ -1,5 +1,7 @@
 //! `InterProcessReadWriteLock`: shared readers, exclusive writers, on the lock core.
 
+use std::sync::Arc;
+
 use super::mutex::InterProcessMutex;
 use super::LockOptions;
 use crate::{Client, Result};
@@ -15,9 +17,11 @@ use crate::{Client, Result};
 /// - A reader goes when no writer stands ahead of it, and otherwise watches the nearest writer
 ///   ahead. Readers share; a reader that comes after a waiting writer waits, so writers do not
 ///   starve.
-/// - Downgrade: the thread that holds the write lock may take the read lock at once, release the
-///   write lock and keep reading; a writer that queued meanwhile waits for that read too.
-///   Another thread gets no such bypass.
+/// - Downgrade: `write_guard.downgrade()` turns the write hold into a read hold without letting
+///   go in between; a writer that queued meanwhile waits for that read too. (Curator's way works
+///   as well: the thread that holds the write lock takes the read lock at once, then releases
+///   the write lock.) Another thread gets no such bypass, and a write hold that is no longer
+///   sound (its session lost, its node gone) gives no read at all.
 /// - Upgrade (hold the read lock, ask for the write lock) would wait for itself for ever, so it
 ///   is refused at once with [`Error::LockUpgrade`](crate::Error::LockUpgrade).
 ///
@@ -31,15 +35,14 @@ use crate::{Client, Result};
 ///     let _read = config.read_lock().acquire()?; // shared with other readers
 /// }
 /// let write = config.write_lock().acquire()?; // alone
-/// let read = config.read_lock().acquire()?; // downgrade: at once
-/// drop(write); // still reading; writers wait for this read
-/// drop(read);
+/// let read = write.downgrade()?; // still reading; writers wait for this read
+/// read.release()?;
 /// # Ok(()) }
 /// ```
 ///
 #[doc = include_str!("../../recipes/rwlock.md")]
 pub struct InterProcessReadWriteLock {
-    read: InterProcessMutex,
+    read: Arc<InterProcessMutex>,
     write: InterProcessMutex,
 }
 
