@@ -219,3 +219,55 @@ fn a_signal_while_waiting_ends_the_wait_and_leaves_no_node() {
     );
     drop(held);
 }
+
+/// CPU ticks (user + system) a live process has used, from `/proc/PID/stat`.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+#[test]
+fn after_a_loss_zk_lock_waits_for_the_kill_deadline_without_burning_a_core() {
+    let f = faulty();
+    let pidfile = std::env::temp_dir().join(format!("zkr-cli-stubborn-{}", std::process::id()));
+    let mut child = zk_lock(&f.proxy.connect_string())
+        .args([
+            "--session-timeout",
+            "1500ms",
+            "--kill-after",
+            "3s",
+            "/cli-stubborn",
+            "--",
+            "sh",
+            "-c",
+        ])
+        // The command ignores SIGTERM, so zk-lock waits the whole --kill-after.
+        .arg(format!(
+            "trap '' TERM; echo $$ > {}; exec sleep 60",
+            pidfile.display()
+        ))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let command: u32 = wait_for(SOON, || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    })
+    .expect("the command never started");
+    f.proxy.blackhole();
+    let zk_lock_pid = child.id();
+    let mut last = 0;
+    let status = wait_for(SOON, || {
+        if let Some(t) = cpu_ticks(zk_lock_pid) {
+            last = t;
+        }
+        child.try_wait().unwrap()
+    })
+    .expect("zk-lock never ended");
+    let _ = std::fs::remove_file(&pidfile);
+    assert_eq!(status.code(), Some(76));
+    assert!(!pid_alive(command), "the command outlived the lock");
+    // Loss, 3 s of waiting for the stubborn command, SIGKILL: a spinning loop would use about
+    // 300 ticks (at 100 per second) in those 3 s alone.
+    assert!(last < 60, "zk-lock used {last} CPU ticks");
+}

@@ -5,10 +5,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use crossbeam_channel::{select, unbounded};
+use crossbeam_channel::{after, never, select, unbounded};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use zk_recipes::lock::{order_of, session_of, InterProcessReadWriteLock, LockOptions};
+use zk_recipes::lock::{inspect, HoldKind, InterProcessReadWriteLock, LockOptions};
+use zk_recipes::paths;
 use zk_recipes::{Client, Error};
 
 /// Exit codes of zk-lock itself (anything else is the command's own status).
@@ -164,37 +165,36 @@ fn main() -> ExitCode {
 }
 
 fn list(client: &Client, path: &str) -> ExitCode {
-    let mut names = match client.children(path) {
-        Ok(c) => c,
-        Err(e) if e.is_no_node() => Vec::new(),
+    let line = match inspect(client, path) {
+        Ok(l) => l,
         Err(e) => return fail(error_code(&e), e),
     };
-    names.retain(|n| order_of(n).is_some());
-    names.sort_by_key(|n| order_of(n));
-    let mut writer_seen = false;
-    for (i, name) in names.iter().enumerate() {
-        let kind = if name.contains("__WRIT__") {
-            "write"
-        } else if name.contains("__READ__") {
-            "read"
-        } else {
-            "lock"
+    for entry in line {
+        let kind = match entry.kind {
+            HoldKind::Exclusive => "lock",
+            HoldKind::Read => "read",
+            HoldKind::Write => "write",
         };
-        // Readers ahead of any writer hold together; otherwise only the first holds.
-        let holds = if kind == "read" { !writer_seen } else { i == 0 };
-        writer_seen |= kind != "read";
-        let id = client
-            .data(&format!("{path}/{name}"))
-            .map(|(d, _)| String::from_utf8_lossy(&d).into_owned())
-            .unwrap_or_default();
-        let session = session_of(name).map_or("-".to_owned(), |s| s.to_string());
+        let session = entry.session.map_or("-".to_owned(), |s| s.to_string());
         println!(
-            "{:<8} {:<6} {id:<32} session {session}  {name}",
-            if holds { "holds" } else { "waits" },
-            kind
+            "{:<8} {kind:<6} {:<32} session {session}  {}",
+            if entry.holds { "holds" } else { "waits" },
+            entry.holder_id.unwrap_or_default(),
+            paths::node_name(&entry.path),
         );
     }
     ExitCode::SUCCESS
+}
+
+/// Where the command stands while it runs under the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Running,
+    /// The lock was lost and the command got SIGTERM; SIGKILL follows at `kill_at`.
+    Terminating {
+        kill_at: Instant,
+    },
+    Killed,
 }
 
 fn run(client: &Client, cli: &Cli) -> ExitCode {
@@ -291,43 +291,75 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
     let pid = child.id() as libc::pid_t;
     let send = |sig: libc::c_int| {
         // SAFETY: kill(2) with our own child's pid and a valid signal number; it touches no
-        // memory of ours.
+        // memory of ours. The child is not reaped before the loop below ends (the waiter only
+        // peeks with WNOWAIT), so the pid cannot have been reused by another process.
         unsafe {
             libc::kill(pid, sig);
         }
     };
     let (exit_tx, exit_rx) = unbounded();
     let waiter = thread::spawn(move || {
-        let _ = exit_tx.send(child.wait());
+        // Waits for the child to exit without reaping it, so that signals sent meanwhile
+        // reach (at worst) our zombie and never a process that took over the pid.
+        // SAFETY: waitid(2) on our own child, writing into a zeroed siginfo_t we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        let _ = exit_tx.send(r);
     });
-    let lost = guard.lost();
-    let mut terminating: Option<Instant> = None;
-    let status = loop {
-        select! {
-            recv(exit_rx) -> status => break status.ok().and_then(Result::ok),
-            recv(sig_rx) -> sig => if let Ok(sig) = sig { send(sig) },
-            recv(lost) -> _ => {}
-            default(Duration::from_millis(100)) => {}
-        }
-        let gone = !guard.is_held() || guard.check().is_err();
-        match terminating {
-            None if gone => {
-                eprintln!("zk-lock: lost {path}; terminating the command");
-                send(libc::SIGTERM);
-                terminating = Some(Instant::now());
-            }
-            Some(since) if since.elapsed() >= cli.kill_after => {
-                send(libc::SIGKILL);
-                terminating = Some(Instant::now() + Duration::from_secs(3600));
-            }
-            _ => {}
-        }
+    let mut lost = guard.lost();
+    // The next real deadline: when the lease check will fail unless answers keep coming.
+    let check_at = |g: &zk_recipes::lock::InterProcessMutexGuard<'_>| match g.valid_until() {
+        Some(t) => after(t.saturating_duration_since(Instant::now())),
+        None => after(Duration::ZERO),
     };
+    let mut lease_timer = check_at(&guard);
+    let mut state = Run::Running;
+    loop {
+        let kill_timer = match state {
+            Run::Terminating { kill_at } => {
+                after(kill_at.saturating_duration_since(Instant::now()))
+            }
+            _ => never(),
+        };
+        select! {
+            recv(exit_rx) -> _ => break,
+            recv(sig_rx) -> sig => {
+                if let Ok(sig) = sig {
+                    send(sig);
+                }
+                continue;
+            }
+            // Fires once, when the hold is lost: a closed channel would fire for ever.
+            recv(lost) -> _ => lost = never(),
+            recv(lease_timer) -> _ => lease_timer = check_at(&guard),
+            recv(kill_timer) -> _ => {
+                send(libc::SIGKILL);
+                state = Run::Killed;
+                continue;
+            }
+        }
+        if state == Run::Running && (!guard.is_held() || guard.check().is_err()) {
+            eprintln!("zk-lock: lost {path}; terminating the command");
+            send(libc::SIGTERM);
+            state = Run::Terminating {
+                kill_at: Instant::now() + cli.kill_after,
+            };
+            lease_timer = never();
+        }
+    }
+    let status = child.wait().ok();
     handle.close();
     let _ = forwarder.join();
     let _ = waiter.join();
     let released = guard.release();
-    if terminating.is_some() {
+    if state != Run::Running {
         return fail(
             code::LOST,
             format!("the lock on {path} was lost while the command ran"),

@@ -14,6 +14,7 @@
 pub(crate) mod core;
 mod fencing;
 mod herd;
+mod inspect;
 mod lease;
 mod metrics;
 mod mutex;
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 pub use self::fencing::{FencingGate, StaleToken};
 pub use self::herd::{HerdGuard, HerdLock};
+pub use self::inspect::{inspect, HoldKind, LineEntry};
 pub use self::lease::{Lease, RunError};
 pub use self::metrics::{LockMetrics, Timing};
 pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};

@@ -113,6 +113,11 @@ impl InterProcessSemaphoreV2 {
         self.take(Some(Instant::now() + timeout), true)
     }
 
+    /// Waits until `deadline` at the latest for a lease.
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphoreLease>> {
+        self.take(Some(deadline), true)
+    }
+
     /// Takes a lease only if one is free now.
     pub fn try_acquire(&self) -> Result<Option<SemaphoreLease>> {
         self.take(None, false)
@@ -124,9 +129,7 @@ impl InterProcessSemaphoreV2 {
         let states = inner.leases.client.subscribe();
         let internal = match (deadline, wait) {
             (_, false) => inner.lock.try_acquire()?,
-            (Some(d), true) => inner
-                .lock
-                .try_acquire_for(d.saturating_duration_since(Instant::now()))?,
+            (Some(d), true) => inner.lock.try_acquire_until(d)?,
             (None, true) => Some(inner.lock.acquire()?),
         };
         let Some(internal) = internal else {
@@ -290,6 +293,11 @@ impl InterProcessSemaphoreMutex {
     /// Waits at most `timeout`.
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphoreLease>> {
         self.semaphore.try_acquire_for(timeout)
+    }
+
+    /// Waits until `deadline` at the latest.
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphoreLease>> {
+        self.semaphore.try_acquire_until(deadline)
     }
 
     /// Takes it only if free now.
