@@ -349,6 +349,41 @@ fn revoke_calls_the_holders_listener() {
 }
 
 #[test]
+fn a_revocation_listener_may_wait_for_the_release_it_asked_for() {
+    let path = root("mutex-revoke-wait");
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let (ask_tx, ask_rx) = mpsc::channel::<mpsc::Sender<()>>();
+    let (heard_tx, heard_rx) = mpsc::channel();
+    // The listener asks the holder to let go and waits until it has.
+    mutex.make_revocable(move |_node| {
+        let (done_tx, done_rx) = mpsc::channel();
+        ask_tx.send(done_tx).unwrap();
+        done_rx.recv().unwrap();
+        heard_tx.send(()).unwrap();
+    });
+    let guard = mutex.acquire().unwrap();
+    let node = guard.node_path().to_string();
+    revoke(&client(), &node).unwrap();
+    let done = ask_rx.recv_timeout(SOON).expect("the listener never ran");
+    drop(guard); // must not wait for the listener, which waits for this
+    done.send(()).unwrap();
+    heard_rx
+        .recv_timeout(SOON)
+        .expect("the listener never saw its release");
+    assert!(children(&c, &path).is_empty());
+    // The next hold is revocable too, by the same thread of the lock.
+    let again = mutex.acquire().unwrap();
+    revoke(&client(), again.node_path()).unwrap();
+    let done = ask_rx
+        .recv_timeout(SOON)
+        .expect("the second revoke was not heard");
+    drop(again);
+    done.send(()).unwrap();
+    heard_rx.recv_timeout(SOON).unwrap();
+}
+
+#[test]
 fn metrics_count_acquisitions_waits_and_holds() {
     let path = root("mutex-metrics");
     let c = client();

@@ -189,15 +189,20 @@ fn a_waiter_whose_session_is_lost_gets_an_error_and_leaves_no_node() {
     let waiter_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
     let sub = waiter_client.subscribe();
     let (tx, rx) = mpsc::channel();
+    let (waiting_tx, waiting_rx) = mpsc::channel();
     let c = waiter_client.clone();
     thread::spawn(move || {
-        let mutex = InterProcessMutex::new(&c, "/lost-waiter").unwrap();
+        // Cut only once the waiter waits (its create answered, its watch set): a cut before
+        // the create's answer is another case (no session to look for the node in).
+        let options = LockOptions::new().testing_after_watch_set(move |_| {
+            let _ = waiting_tx.send(());
+        });
+        let mutex = InterProcessMutex::with_options(&c, "/lost-waiter", options).unwrap();
         tx.send(mutex.acquire().map(|_| ())).unwrap();
     });
-    wait_for(SOON, || {
-        (children(&holder_client, "/lost-waiter").len() == 2).then_some(())
-    })
-    .unwrap();
+    waiting_rx
+        .recv_timeout(SOON)
+        .expect("the waiter never waited");
     f.proxy.blackhole();
     let result = rx.recv_timeout(SOON).expect("the waiter never returned");
     assert!(

@@ -4,15 +4,15 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::{LeadershipEvent, LeadershipPolicy, Participant};
+use super::{pause, LeadershipEvent, LeadershipPolicy, Participant};
 use crate::client::token::SessionToken;
-use crate::lock::core::{LockCore, OwnNode, WatchGuard};
+use crate::lock::core::{LockCore, OwnNode, WatchGuard, Woke};
 use crate::lock::{Lease, LockOptions};
-use crate::{paths, Client, ConnectionState, Error, Result};
+use crate::{paths, Client, Error, Result};
 
 const LATCH_NAME: &str = "latch-";
 
@@ -153,10 +153,16 @@ impl LeaderLatch {
             if self.inner.leads_with(&state) {
                 return Ok(true);
             }
-            // Leadership can also lapse without a notification (the lease runs out); look at
-            // least every 50 ms.
-            let slice = (Instant::now() + Duration::from_millis(50)).min(until);
-            if self.inner.changed.wait_until(&mut state, slice).timed_out()
+            // Gaining leadership is announced on `changed`. Only a lease that lapsed while we
+            // are first comes back unannounced, when answers flow again: then look again at
+            // the next heartbeat's answer.
+            let wake = match state.lease.as_ref() {
+                Some(_) => {
+                    (Instant::now() + self.inner.core.client.session_timeout() * 2 / 9).min(until)
+                }
+                None => until,
+            };
+            if self.inner.changed.wait_until(&mut state, wake).timed_out()
                 && Instant::now() >= until
             {
                 return Ok(self.inner.leads_with(&state));
@@ -238,6 +244,7 @@ impl Inner {
     /// The latch thread: enter the line, then follow it until stopped.
     fn run(&self, stop: &Receiver<()>) {
         let states = self.core.client.subscribe();
+        let mut failures = 0;
         loop {
             let entered = self.core.enter(LATCH_NAME, None);
             let (node, token) = match entered {
@@ -248,7 +255,7 @@ impl Inner {
                         "{} could not join the line at {}: {e}",
                         self.id, self.core.path
                     );
-                    if wait_a_little(stop, &states) {
+                    if pause(stop, &states, &mut failures) {
                         break;
                     }
                     continue;
@@ -278,11 +285,15 @@ impl Inner {
         let client = &self.core.client;
         let (wake_tx, wake_rx) = unbounded();
         let mut watches = WatchGuard::new(client, &wake_tx);
+        let mut failures = 0;
         loop {
             let contenders = match self.core.contenders(None) {
-                Ok(c) => c,
+                Ok(c) => {
+                    failures = 0;
+                    c
+                }
                 Err(_) => {
-                    if wait_a_little(stop, states) {
+                    if pause(stop, states, &mut failures) {
                         return true;
                     }
                     if client.session_id() != Some(node.session) {
@@ -307,31 +318,25 @@ impl Inner {
                 Ok(_) => watches.watching(&watched),
                 Err(e) if e.is_no_node() => continue,
                 Err(_) => {
-                    if wait_a_little(stop, states) {
+                    if pause(stop, states, &mut failures) {
                         return true;
                     }
                     continue;
                 }
             }
             loop {
-                select! {
-                    recv(stop) -> _ => return true,
-                    recv(wake_rx) -> _ => break,
-                    recv(states.receiver()) -> e => match e.map(|e| (e.state, e.session_id)) {
-                        Ok((ConnectionState::Suspended, _)) => {
-                            if self.policy == LeadershipPolicy::Standard {
-                                self.set_leading(None);
-                            }
+                match self.core.wait(&wake_rx, states, token, None, stop) {
+                    Ok(Woke::Cancelled) => return true,
+                    Ok(Woke::Suspended) => {
+                        if self.policy == LeadershipPolicy::Standard {
+                            self.set_leading(None);
                         }
-                        // Our watch is gone; check again (and lead again if still first).
-                        Ok((ConnectionState::Reconnected, _)) => break,
-                        // Our node went with our session: enter the line again. (The end of a
-                        // session older than our node changes nothing.)
-                        Ok((ConnectionState::Lost, id)) if id == node.session => return false,
-                        Ok((ConnectionState::Connected, id)) if id != node.session => return false,
-                        Ok((ConnectionState::Lost | ConnectionState::Connected, _)) => {}
-                        Err(_) => return false,
-                    },
+                    }
+                    // A change in line, or back after a break: check again (and lead again if
+                    // still first).
+                    Ok(Woke::Event(_) | Woke::Recheck | Woke::Deadline) => break,
+                    // Our node went with our session: enter the line again.
+                    Err(_) => return false,
                 }
             }
             if token.is_lost() && self.policy == LeadershipPolicy::Session {
@@ -367,14 +372,5 @@ impl Inner {
             }
             _ => false,
         }
-    }
-}
-
-/// Waits for a state change or 100 ms; true when stopped.
-fn wait_a_little(stop: &Receiver<()>, states: &crate::Subscription) -> bool {
-    select! {
-        recv(stop) -> _ => true,
-        recv(states.receiver()) -> _ => false,
-        default(Duration::from_millis(100)) => false,
     }
 }

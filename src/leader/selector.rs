@@ -4,13 +4,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
 
-use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::Mutex;
 
-use super::Participant;
+use super::{pause, Participant};
 use crate::lock::core::{LockCore, MaxLeases};
 use crate::lock::{Lease, LockOptions};
 use crate::{Client, Error, Result};
@@ -214,6 +213,7 @@ impl Drop for LeaderSelector {
 impl Inner {
     fn run(&self, stop: &Receiver<()>) {
         let states = self.core.client.subscribe();
+        let mut failures = 0;
         loop {
             let acquired =
                 self.core
@@ -224,14 +224,13 @@ impl Inner {
                 Err(Error::Closed) => return,
                 Err(e) => {
                     debug!("{} could not take {}: {e}", self.id, self.core.path);
-                    select! {
-                        recv(stop) -> _ => return,
-                        recv(states.receiver()) -> _ => {},
-                        default(Duration::from_millis(100)) => {},
+                    if pause(stop, &states, &mut failures) {
+                        return;
                     }
                     continue;
                 }
             };
+            failures = 0;
             let interrupted = Arc::new(AtomicBool::new(false));
             *self.current.lock() = Some(interrupted.clone());
             let ctx = LeadershipContext { lease, interrupted };

@@ -26,12 +26,38 @@ pub(crate) enum Decision {
     /// in our way (sequence numbers only grow, so nobody can queue ahead of us meanwhile), and
     /// its deletion alone grants us the lock.
     Watch { index: usize, sole_blocker: bool },
+    /// Wait for the line itself to change (the listing that decided this set a watch on it).
+    WaitForChange,
 }
 
 /// A recipe's rule for "may I go".
 pub(crate) trait Rule {
     /// `contenders` sorted by sequence; ours at `ours`.
     fn decide(&self, contenders: &[Contender], ours: usize) -> Decision;
+
+    /// True if the rule waits on the whole line ([`Decision::WaitForChange`]): the line is
+    /// then listed with a watch.
+    fn watches_line(&self) -> bool {
+        false
+    }
+}
+
+/// A semaphore's lease count: go while the line is no longer than `n` (Curator's rule; with
+/// lease creation serialised by the semaphore's internal mutex, only one waiter watches).
+pub(crate) struct CountLeases(pub usize);
+
+impl Rule for CountLeases {
+    fn decide(&self, contenders: &[Contender], _ours: usize) -> Decision {
+        if contenders.len() <= self.0 {
+            Decision::Go
+        } else {
+            Decision::WaitForChange
+        }
+    }
+
+    fn watches_line(&self) -> bool {
+        true
+    }
 }
 
 /// Up to `n` holders at once, in order; each waiter watches the node `n` places ahead of it.
@@ -136,10 +162,16 @@ pub(crate) struct OwnNode {
 pub(crate) enum Woke {
     /// A watch fired.
     Event(WatchEvent),
-    /// Something changed that a watch cannot tell (a reconnect dropped the watches): look again.
+    /// The session is back after a break: what happened meanwhile is read again rather than
+    /// trusted to events.
     Recheck,
+    /// The connection broke; the session may still live. Nothing held can be trusted until
+    /// the verdict (`Recheck` or `SessionLost`).
+    Suspended,
     /// The deadline passed.
     Deadline,
+    /// The caller's cancel channel fired or closed.
+    Cancelled,
 }
 
 /// One lock path and how to contend on it.
@@ -377,6 +409,13 @@ impl LockCore {
         now: SessionId,
         deadline: Option<Instant>,
     ) -> Result<Option<OwnNode>> {
+        // Read from the leader's view: a follower that lags behind the one that took our
+        // create could otherwise hide our node, and we would queue behind ourselves.
+        match self.client_until(deadline).sync(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.is_no_node() => return Ok(None),
+            Err(e) => return Err(e),
+        }
         let children = match self.client_until(deadline).children(&self.path) {
             Ok(c) => c,
             Err(e) if e.is_no_node() => return Ok(None),
@@ -439,6 +478,19 @@ impl LockCore {
         }
     }
 
+    /// Lists the contenders in order, leaving a watch on the line that reports into `tx`.
+    fn contenders_watched(
+        &self,
+        deadline: Option<Instant>,
+        tx: &Sender<WatchEvent>,
+    ) -> Result<Vec<Contender>> {
+        match self.client_until(deadline).children_watch(&self.path, tx) {
+            Ok(c) => Ok(sort_contenders(c)),
+            Err(e) if e.is_no_node() => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Waits until `rule` lets us go. `Ok(false)` on deadline, or at once if `wait` is false
     /// and we may not go.
     #[allow(clippy::too_many_arguments)]
@@ -456,40 +508,60 @@ impl LockCore {
         // it, so the wake-up cannot be missed (the seed article's race).
         let (wake_tx, wake_rx) = unbounded();
         let mut watches = WatchGuard::new(&self.client, &wake_tx);
+        let watch_line = wait && rule.watches_line();
         loop {
-            let contenders = match self.contenders(deadline) {
+            let listed = if watch_line {
+                self.contenders_watched(deadline, &wake_tx)
+            } else {
+                self.contenders(deadline)
+            };
+            let contenders = match listed {
                 Ok(c) => c,
                 Err(Error::Timeout { .. }) => return Ok(false),
                 Err(e) => return Err(self.while_waiting(e, token)),
             };
+            if watch_line {
+                watches.watching(&self.path);
+            }
             let Some(ours) = contenders.iter().position(|c| c.name == node.name) else {
                 warn!("{} is gone while waiting for {}", node.name, self.path);
                 return Err(Error::SessionLost {
                     session_id: node.session,
                 });
             };
-            let (index, sole_blocker) = match rule.decide(&contenders, ours) {
+            let (watched, sole_blocker) = match rule.decide(&contenders, ours) {
                 Decision::Go => return Ok(true),
-                Decision::Watch { .. } if !wait => return Ok(false),
+                _ if !wait => return Ok(false),
+                Decision::WaitForChange => (None, false),
                 Decision::Watch {
                     index,
                     sole_blocker,
-                } => (index, sole_blocker),
+                } => {
+                    let watched = paths::join(&self.path, &contenders[index].name);
+                    match self.client_until(deadline).data_watch(&watched, &wake_tx) {
+                        Ok(_) => watches.watching(&watched),
+                        // Gone before the watch (which the server then did not set): look
+                        // again.
+                        Err(e) if e.is_no_node() => continue,
+                        Err(Error::Timeout { .. }) => return Ok(false),
+                        Err(e) => return Err(self.while_waiting(e, token)),
+                    }
+                    #[cfg(feature = "testing")]
+                    self.options.hooks.after_watch_set(&watched);
+                    (Some(watched), sole_blocker)
+                }
             };
-            let watched = paths::join(&self.path, &contenders[index].name);
-            match self.client_until(deadline).data_watch(&watched, &wake_tx) {
-                Ok(_) => watches.watching(&watched),
-                // Gone before the watch (which the server then did not set): look again.
-                Err(e) if e.is_no_node() => continue,
-                Err(Error::Timeout { .. }) => return Ok(false),
-                Err(e) => return Err(self.while_waiting(e, token)),
-            }
-            #[cfg(feature = "testing")]
-            self.options.hooks.after_watch_set(&watched);
-            match self.wait_event_or(&wake_rx, states, token, deadline, cancel)? {
+            let woke = loop {
+                match self.wait(&wake_rx, states, token, deadline, cancel)? {
+                    // Wait for the verdict.
+                    Woke::Suspended => continue,
+                    woke => break woke,
+                }
+            };
+            match woke {
                 Woke::Event(e)
                     if e.kind == WatchKind::Deleted
-                        && e.path == watched
+                        && Some(&e.path) == watched.as_ref()
                         && sole_blocker
                         && self.options.fast_handoff
                         && !token.is_lost()
@@ -499,27 +571,17 @@ impl LockCore {
                     // another round trip.
                     return Ok(true);
                 }
-                Woke::Event(_) | Woke::Recheck => {}
-                Woke::Deadline => return Ok(false),
+                Woke::Event(_) | Woke::Recheck | Woke::Suspended => {}
+                Woke::Deadline | Woke::Cancelled => return Ok(false),
             }
         }
     }
 
-    /// The one wait every recipe uses: until a watch fires, the session changes, or the
-    /// deadline passes.
-    pub fn wait_event(
-        &self,
-        wake: &Receiver<WatchEvent>,
-        states: &Subscription,
-        token: &SessionToken,
-        deadline: Option<Instant>,
-    ) -> Result<Woke> {
-        self.wait_event_or(wake, states, token, deadline, &never())
-    }
-
-    /// [`wait_event`](Self::wait_event) that also ends (as `Deadline`) when `cancel` fires or
-    /// closes.
-    pub fn wait_event_or(
+    /// The one wait every recipe uses: until a watch fires into `wake`, the session changes,
+    /// the deadline passes or `cancel` fires (or closes). The rules for a lost session live
+    /// here: only the end of the session `token` belongs to counts (the subscription may
+    /// still hold the end of an older one).
+    pub fn wait(
         &self,
         wake: &Receiver<WatchEvent>,
         states: &Subscription,
@@ -537,23 +599,23 @@ impl LockCore {
                 recv(states.receiver()) -> e => {
                     let Ok(e) = e else { return Err(Error::Closed) };
                     match e.state {
-                        // Watches do not survive a reconnect: look again.
-                        ConnectionState::Reconnected => return Ok(Woke::Recheck),
-                        // Wait for the verdict.
-                        ConnectionState::Suspended => {}
-                        // Only our own session's end matters: the subscription may still hold
-                        // the end of a session that was gone before our node was made.
+                        ConnectionState::Reconnected if e.session_id == token.session => {
+                            return Ok(Woke::Recheck)
+                        }
+                        ConnectionState::Suspended if e.session_id == token.session => {
+                            return Ok(Woke::Suspended)
+                        }
                         ConnectionState::Lost if e.session_id == token.session => {
                             return Err(Error::SessionLost { session_id: token.session })
                         }
                         ConnectionState::Connected if e.session_id != token.session => {
                             return Err(Error::SessionLost { session_id: token.session })
                         }
-                        ConnectionState::Lost | ConnectionState::Connected => {}
+                        _ => {}
                     }
                 },
                 recv(timer) -> _ => return Ok(Woke::Deadline),
-                recv(cancel) -> _ => return Ok(Woke::Deadline),
+                recv(cancel) -> _ => return Ok(Woke::Cancelled),
             }
         }
     }

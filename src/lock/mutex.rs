@@ -14,7 +14,7 @@ use super::core::{LockCore, MaxLeases, ReaderRule, Rule, WriterRule};
 use super::lease::Lease;
 use super::metrics::LockMetrics;
 use super::names::{sequence_of, READ_NAME, WRITE_NAME};
-use super::revocation::{Listener, RevocationWatch};
+use super::revocation::{Revocation, RevocationWatch};
 use super::LockOptions;
 use crate::{paths, Client, Error, Result};
 
@@ -64,7 +64,7 @@ pub struct InterProcessMutex {
     rule: Box<dyn Rule + Send + Sync>,
     role: Role,
     holds: Holds,
-    revocation: Mutex<Option<Listener>>,
+    revocation: Mutex<Option<Arc<Revocation>>>,
 }
 
 impl std::fmt::Debug for InterProcessMutex {
@@ -231,9 +231,11 @@ impl InterProcessMutex {
             return Ok(None);
         };
         let lease = Arc::new(lease);
-        let revocation = self.revocation.lock().clone().and_then(|listener| {
-            RevocationWatch::start(&self.core.client, lease.node_path(), listener)
-        });
+        let revocation = self
+            .revocation
+            .lock()
+            .clone()
+            .map(|r| r.watch(lease.node_path()));
         self.holds.lock().insert(
             me,
             Hold {
@@ -317,10 +319,11 @@ impl InterProcessMutex {
     }
 
     /// Makes holds revocable: while this process holds the lock, a [`revoke`](super::revoke)
-    /// of its node calls `listener` (on a thread of the lock's own, with the node path), which
-    /// should see to it that the holder releases. Applies to holds taken from now on.
+    /// of its node calls `listener` (on one thread of this lock's own, with the node path),
+    /// which should see to it that the holder releases. The listener may wait for that release.
+    /// Applies to holds taken from now on.
     pub fn make_revocable(&self, listener: impl Fn(&str) + Send + Sync + 'static) {
-        *self.revocation.lock() = Some(Arc::new(listener));
+        *self.revocation.lock() = Revocation::start(&self.core.client, Arc::new(listener));
     }
 }
 

@@ -5,14 +5,12 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::unbounded;
 use log::warn;
 
-use super::core::{LockCore, WatchGuard, Woke};
+use super::core::{CountLeases, LockCore};
 use super::lease::Lease;
 use super::metrics::LockMetrics;
 use super::mutex::InterProcessMutex;
-use super::names::sort_contenders;
 use super::LockOptions;
 use crate::{paths, Client, Error, Result};
 
@@ -125,8 +123,6 @@ impl InterProcessSemaphoreV2 {
 
     fn take(&self, deadline: Option<Instant>, wait: bool) -> Result<Option<SemaphoreLease>> {
         let inner = &self.inner;
-        let started = Instant::now();
-        let states = inner.leases.client.subscribe();
         let internal = match (deadline, wait) {
             (_, false) => inner.lock.try_acquire()?,
             (Some(d), true) => inner.lock.try_acquire_until(d)?,
@@ -136,67 +132,17 @@ impl InterProcessSemaphoreV2 {
             inner.leases.counters.timed_out();
             return Ok(None);
         };
-        let (node, token) = match inner.leases.enter(LEASE_NAME, deadline) {
-            Ok(v) => v,
-            Err(Error::Timeout { .. }) => {
-                inner.leases.counters.timed_out();
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        let client = match deadline {
-            Some(d) => inner.leases.client.with_deadline(d),
-            None => inner.leases.client.clone(),
-        };
-        let (wake_tx, wake_rx) = unbounded();
-        let mut watches = WatchGuard::new(&client, &wake_tx);
-        let granted = loop {
-            let children = match client.children_watch(&inner.leases.path, &wake_tx) {
-                Ok(c) => {
-                    watches.watching(&inner.leases.path);
-                    sort_contenders(c)
-                }
-                Err(Error::Timeout { .. }) => break Ok(false),
-                Err(e) => break Err(inner.leases.while_waiting(e, &token)),
-            };
-            if !children.iter().any(|c| c.name == node.name) {
-                break Err(Error::SessionLost {
-                    session_id: node.session,
-                });
-            }
-            if children.len() <= inner.max_leases {
-                break Ok(true);
-            }
-            if !wait {
-                break Ok(false);
-            }
-            match inner.leases.wait_event(&wake_rx, &states, &token, deadline) {
-                Ok(Woke::Event(_) | Woke::Recheck) => {}
-                Ok(Woke::Deadline) => break Ok(false),
-                Err(e) => break Err(e),
-            }
-        };
-        drop(watches);
+        // Holding the internal mutex, we are the only one waiting on the lease count.
+        let acquired =
+            inner
+                .leases
+                .acquire(LEASE_NAME, &CountLeases(inner.max_leases), deadline, wait);
         drop(internal);
-        match granted {
-            Ok(true) => {
-                inner.leases.counters.acquired(started.elapsed());
-                Ok(Some(SemaphoreLease {
-                    inner: self.inner.clone(),
-                    lease: inner.leases.lease(node, token),
-                    released: false,
-                }))
-            }
-            Ok(false) => {
-                inner.leases.leave(&node, deadline);
-                inner.leases.counters.timed_out();
-                Ok(None)
-            }
-            Err(e) => {
-                inner.leases.leave(&node, deadline);
-                Err(e)
-            }
-        }
+        Ok(acquired?.map(|lease| SemaphoreLease {
+            inner: self.inner.clone(),
+            lease,
+            released: false,
+        }))
     }
 
     /// The lease nodes, in order.
