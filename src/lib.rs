@@ -12,9 +12,13 @@
 //!    the session is certainly valid.
 //! 2. The lock core, shared by every lock recipe: protected nodes, predecessor-only watches, a
 //!    wait that cannot miss its wake-up, leases and fencing tokens.
-//! 3. Thin recipes on top: [`InterProcessMutex`], [`InterProcessSemaphoreV2`],
-//!    [`InterProcessSemaphoreMutex`], [`lock::InterProcessReadWriteLock`], and leader election
-//!    in [`leader`].
+//! 3. Thin recipes on top, all at the crate root: [`InterProcessMutex`],
+//!    [`InterProcessReadWriteLock`], [`InterProcessSemaphoreV2`], [`InterProcessSemaphoreMutex`],
+//!    and leader election with [`LeaderLatch`] and [`LeaderSelector`]. Every guard dereferences
+//!    to a [`Lease`]; release goes only through guards.
+//!
+//! The `zk-lock` command (feature `cli`) runs a command under a lock, and the `testing`
+//! feature brings the real-ZooKeeper harness (and the herd lock the benches compare with).
 //!
 //! With the `testing` feature, the `testing` module runs the real Apache ZooKeeper server
 //! (single or an ensemble) and a fault proxy, for tests and examples.
@@ -40,9 +44,13 @@ pub use client::{
     Op, OpResult, SessionId, Stat, StateEvent, Subscription, WatchEvent, WatchKind,
 };
 pub use error::{Error, Result, ZkCode};
+pub use leader::{
+    LeaderLatch, LeaderSelector, LeadershipContext, LeadershipEvent, LeadershipPolicy, TermOutcome,
+};
 pub use lock::{
-    FencingGate, InterProcessMutex, InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
-    LockOptions,
+    FencingGate, InterProcessMutex, InterProcessMutexGuard, InterProcessReadWriteLock,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LockOptions, RunError,
+    SemaphoreLease,
 };
 pub use retry::RetryPolicy;
 

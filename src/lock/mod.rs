@@ -5,14 +5,17 @@
 //! - [`InterProcessSemaphoreV2`] and [`InterProcessSemaphoreMutex`]: N leases, and the
 //!   non-reentrant one-lease mutex built on them.
 //! - [`FencingGate`]: lets a protected resource refuse a holder that lost its lock.
-//! - [`HerdLock`]: the naive lock of the early articles, a baseline for the benches only.
+//! - `HerdLock` (feature `testing`): the naive lock of the early articles, a baseline for the
+//!   benches only.
 //! - [`revoke`]: asks a holder of a revocable lock to let go.
+//! - [`inspect`]: who holds a lock and who waits, by each node's own rule.
 //!
 //! Every guard dereferences to a [`Lease`]: `is_held()`, `lost()`, `valid_until()`,
 //! `check()`, `run(work)` and `fencing_token()`.
 
 pub(crate) mod core;
 mod fencing;
+#[cfg(feature = "testing")]
 mod herd;
 mod inspect;
 mod lease;
@@ -28,12 +31,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::fencing::{FencingGate, StaleToken};
+#[cfg(feature = "testing")]
 pub use self::herd::{HerdGuard, HerdLock};
 pub use self::inspect::{inspect, HoldKind, LineEntry};
 pub use self::lease::{Lease, RunError};
 pub use self::metrics::{LockMetrics, Timing};
 pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};
-pub use self::names::{order_of, sequence_of, session_of, sort_contenders, Contender};
+pub use self::names::session_of;
 pub use self::revocation::{revoke, REVOKE_MESSAGE};
 pub use self::rwlock::InterProcessReadWriteLock;
 pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SemaphoreLease};

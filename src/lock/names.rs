@@ -64,7 +64,7 @@ pub fn session_of(name: &str) -> Option<SessionId> {
 
 /// The 10-digit sequence the server appended to a sequential node's name, or `None` for a
 /// child that is not a contender (written by something else).
-pub fn sequence_of(name: &str) -> Option<u32> {
+pub(crate) fn sequence_of(name: &str) -> Option<u32> {
     let tail = name.get(name.len().checked_sub(10)?..)?;
     if tail.bytes().all(|b| b.is_ascii_digit()) {
         tail.parse().ok()
@@ -83,7 +83,7 @@ pub(crate) const WRITE_NAME: &str = "__WRIT__";
 /// (with or without the dash), and stands right behind that write node: `(write seq, seq)`.
 /// That is also how Curator's sorter (the text after `__READ__`, compared as a string) orders
 /// it.
-pub fn order_of(name: &str) -> Option<(u32, u32)> {
+pub(crate) fn order_of(name: &str) -> Option<(u32, u32)> {
     let seq = sequence_of(name)?;
     let head = &name[..name.len() - 10];
     let head = head.strip_suffix('-').unwrap_or(head);
@@ -103,7 +103,7 @@ pub fn order_of(name: &str) -> Option<(u32, u32)> {
 
 /// One contender node, as listed under the lock path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Contender {
+pub(crate) struct Contender {
     /// Node name (no parent path).
     pub name: String,
     /// The sequence the server appended to its name.
@@ -121,7 +121,7 @@ impl Contender {
 
 /// The contenders among `children`, in line order. Children without a sequence are not
 /// contenders and are left out.
-pub fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
+pub(crate) fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
     let mut v: Vec<Contender> = children
         .into_iter()
         .filter_map(|name| {
@@ -141,6 +141,33 @@ pub fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+    #[test]
+    fn node_name_parsers_never_panic(s in ".{0,80}") {
+        let _ = sequence_of(&s);
+        let _ = order_of(&s);
+        let _ = session_of(&s);
+        let _ = sort_contenders(vec![s.clone(), format!("{s}0000000001")]);
+    }
+
+    #[test]
+    fn a_sequence_printed_then_parsed_round_trips(prefix in "[a-zA-Z_-]{0,24}", seq in 0u32..=2_147_483_647) {
+        let name = format!("{prefix}{seq:010}");
+        prop_assert_eq!(sequence_of(&name), Some(seq));
+        prop_assert_eq!(order_of(&name), Some((seq, 0)));
+    }
+
+    #[test]
+    fn names_of_other_clients_sort_by_their_sequence(a in 0u32..1_000_000, b in 0u32..1_000_000) {
+        let kazoo = format!("0f8e1c2d3b4a__lock__{a:010}");
+        let other = format!("x-17-{b:010}");
+        let sorted = sort_contenders(vec![other.clone(), kazoo.clone()]);
+        prop_assert_eq!(sorted.len(), 2);
+        prop_assert!(sorted[0].sequence <= sorted[1].sequence);
+    }
+    }
 
     #[test]
     fn protected_ids_are_uuid_shaped_and_carry_the_session() {
