@@ -1,0 +1,73 @@
+//! No thread of the library wakes on a timer with nothing to do: while a client, a held lock
+//! with a revocation listener, a leader latch and a waiting semaphore contender sit idle, their
+//! threads sleep until real work comes (pings only, at the session's heartbeat).
+//! Its own test binary, so no other test's threads are counted.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::{InterProcessMutex, InterProcessSemaphoreMutex, LeaderLatch};
+
+/// Voluntary context switches (wake-ups after sleeping) of the library's threads, by thread id.
+fn wakeups() -> HashMap<String, (String, u64)> {
+    let mut out = HashMap::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let name = name.trim().to_string();
+        if !name.starts_with("zk-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let switches = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        out.insert(t.file_name().to_string_lossy().into_owned(), (name, switches));
+    }
+    out
+}
+
+#[test]
+fn idle_library_threads_do_not_wake_up() {
+    let s = server();
+    // A 30 s session pings every 6.7 s: a 2 s window sees at most one ping per client.
+    let client = connect(&s.connect_string(), Duration::from_secs(30));
+    let other = connect(&s.connect_string(), Duration::from_secs(30));
+    let path = root("idle");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    mutex.make_revocable(|_| {});
+    let _guard = mutex.acquire().unwrap();
+    let latch = LeaderLatch::new(&client, &format!("{path}-leader"), "a").unwrap();
+    latch.start().unwrap();
+    assert!(latch.await_leadership(SOON).unwrap());
+    let second = LeaderLatch::new(&other, &format!("{path}-leader"), "b").unwrap();
+    second.start().unwrap();
+    let sem = InterProcessSemaphoreMutex::new(&client, &format!("{path}-sem")).unwrap();
+    let _lease = sem.acquire().unwrap();
+    let waiting_sem = InterProcessSemaphoreMutex::new(&other, &format!("{path}-sem")).unwrap();
+    let waiter = std::thread::spawn(move || waiting_sem.try_acquire_for(Duration::from_secs(4)));
+    // Let everything settle into its wait.
+    wait_for(SOON, || (second.participants().ok()?.len() == 2).then_some(()))
+        .expect("the second latch never joined");
+    let _ = crossbeam_channel::after(Duration::from_millis(300)).recv();
+
+    let before = wakeups();
+    let _ = crossbeam_channel::after(Duration::from_secs(2)).recv();
+    let after = wakeups();
+    let mut busy = Vec::new();
+    for (tid, (name, n)) in &after {
+        if let Some((_, m)) = before.get(tid) {
+            // A ping costs the I/O thread a wake-up or two; nothing else should wake.
+            if n - m > 3 {
+                busy.push(format!("{name} ({tid}): {} wake-ups", n - m));
+            }
+        }
+    }
+    assert!(before.len() >= 5, "threads seen: {before:?}");
+    assert!(busy.is_empty(), "threads woke while idle: {busy:?}");
+    assert!(waiter.join().unwrap().unwrap().is_none());
+}
