@@ -9,7 +9,7 @@ use crossbeam_channel::Sender;
 use log::warn;
 
 use super::config::strip;
-use super::conn::{Reply, Ticket};
+use super::conn::{Outgoing, Reply, Ticket};
 use super::events::{Chore, Job, Then};
 use super::request::{self, Req};
 use super::session::{Core, Phase};
@@ -204,7 +204,7 @@ impl Client {
     /// Sends requests back to back, waiting for a connection at most until this handle's
     /// deadline, the connection timeout, or a session timeout after the connection went
     /// silent.
-    fn send(&self, frames: Vec<(Vec<u8>, Option<WatchReg>)>) -> Result<Vec<Ticket>> {
+    fn send(&self, frames: Vec<Outgoing>) -> Result<Vec<Ticket>> {
         if self.core.is_closed() {
             return Err(Error::Closed);
         }
@@ -260,7 +260,7 @@ impl Client {
     fn request(&self, path: &str, req: &Req<'_>) -> Result<(Reply, SessionId)> {
         let watch = req.watch_reg();
         let ticket = self
-            .send(vec![(req.frame(), watch.clone())])?
+            .send(vec![req.outgoing()])?
             .pop()
             .ok_or(Error::ConnectionLoss)?;
         let session = ticket.session;
@@ -648,7 +648,7 @@ impl Client {
         let frames = ops
             .iter()
             .zip(&full)
-            .map(|(op, p)| (Req::from_op(op, p, acl).frame(), None))
+            .map(|(op, p)| Req::from_op(op, p, acl).outgoing())
             .collect();
         let tickets = self.send(frames)?;
         let prefix = &self.core.config.prefix;
@@ -808,7 +808,7 @@ impl Client {
             mode: CreateMode::EphemeralSequential,
         };
         let ticket = self
-            .send(vec![(req.frame(), None)])?
+            .send(vec![req.outgoing()])?
             .pop()
             .ok_or(Error::ConnectionLoss)?;
         let session = ticket.session;
@@ -849,7 +849,7 @@ impl Client {
             path: &full,
             version: -1,
         };
-        let ticket = match self.send(vec![(req.frame(), None)]) {
+        let ticket = match self.send(vec![req.outgoing()]) {
             Ok(mut t) => match t.pop() {
                 Some(t) => t,
                 None => return self.core.job(Job::Chore(chore)),

@@ -37,13 +37,26 @@ impl Reply {
 /// (the request may or may not have been applied).
 pub(crate) type Answer = std::result::Result<Reply, ()>;
 
+/// A request to send: its frame (xid still 0), and what its answer means beyond the caller.
+pub(crate) struct Outgoing {
+    pub frame: Vec<u8>,
+    /// The watch to register if the server sets it.
+    pub watch: Option<WatchReg>,
+    /// Its answer proves the session alive at the leader at send time (it went through the
+    /// leader: a write or a sync), so it may extend the lease bound.
+    pub anchors: bool,
+    /// The session layer's own lease heartbeat.
+    pub heartbeat: bool,
+}
+
 /// A request on the wire, waiting for its answer.
 pub(crate) struct Pending {
     pub xid: i32,
     pub sent: Instant,
     pub answer: Sender<Answer>,
-    /// The watch to register if the server sets it.
     pub watch: Option<WatchReg>,
+    pub anchors: bool,
+    pub heartbeat: bool,
 }
 
 /// A sent request: where its answer will arrive, and the connection it went out on.
@@ -135,11 +148,7 @@ impl Outbox {
     /// Sends finished request frames back to back under one hold of the lock (they reach the
     /// server in this order, and it answers them in this order), waiting for an open
     /// connection until `until`. `ConnectionLoss` if none opened in time or the write failed.
-    pub fn send(
-        &self,
-        frames: Vec<(Vec<u8>, Option<WatchReg>)>,
-        until: Instant,
-    ) -> Result<Vec<Ticket>> {
+    pub fn send(&self, frames: Vec<Outgoing>, until: Instant) -> Result<Vec<Ticket>> {
         let mut w = self.wire.lock();
         loop {
             if let Some(e) = &w.shut {
@@ -155,7 +164,13 @@ impl Outbox {
         let mut tickets = Vec::with_capacity(frames.len());
         let mut out = Vec::new();
         let mut queued = Vec::with_capacity(frames.len());
-        for (mut frame, watch) in frames {
+        for Outgoing {
+            mut frame,
+            watch,
+            anchors,
+            heartbeat,
+        } in frames
+        {
             let xid = w.next_xid;
             // Positive xids only; the negative ones are reserved.
             w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
@@ -167,6 +182,8 @@ impl Outbox {
                 sent: Instant::now(),
                 answer: tx,
                 watch,
+                anchors,
+                heartbeat,
             });
             tickets.push(rx);
         }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::conn::Reply;
+use super::conn::{Outgoing, Reply};
 use super::proto::{self, op, Decoded, Enc, Malformed};
 use super::types::{ClientInfo, CreateMode, Op, OpResult};
 use super::watches::{WatchReg, WatchType};
@@ -206,6 +206,31 @@ impl<'a> Req<'a> {
         let mut e = Enc::request(0, self.opcode());
         self.body(&mut e);
         e.finish()
+    }
+
+    /// The request, ready for the outbox.
+    pub fn outgoing(&self) -> Outgoing {
+        Outgoing {
+            frame: self.frame(),
+            watch: self.watch_reg(),
+            anchors: self.anchors(),
+            heartbeat: false,
+        }
+    }
+
+    /// True for requests that go through the leader (writes and sync), whose answers prove
+    /// the session alive there.
+    fn anchors(&self) -> bool {
+        matches!(
+            self,
+            Req::Create { .. }
+                | Req::Delete { .. }
+                | Req::SetData { .. }
+                | Req::Check { .. }
+                | Req::SetAcl { .. }
+                | Req::Sync { .. }
+                | Req::Multi(_)
+        )
     }
 
     /// The watcher to register when the server sets the watch.

@@ -20,7 +20,8 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
-use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox};
+use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox, Outgoing};
+use super::request::Req;
 use super::events::Job;
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
@@ -41,6 +42,17 @@ const FIRST_PAUSE: Duration = Duration::from_millis(20);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
+/// The wire code of `SessionExpired`.
+const SESSION_EXPIRED: i32 = -112;
+
+/// The connection's outstanding keep-alives.
+#[derive(Default)]
+struct Beats {
+    /// When the unanswered ping went out.
+    ping_sent: Option<Instant>,
+    /// A lease heartbeat (sync) waits for its answer.
+    heartbeat_out: bool,
+}
 
 /// The live (or suspended) session.
 #[derive(Clone)]
@@ -558,17 +570,22 @@ impl Core {
     fn serve(&self, mut conn: Conn) {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
+        // The lease heartbeat: a sync, which the leader must answer, whenever no answer from
+        // the leader's side has extended the lease bound for a third of the session timeout.
+        let anchor_every = conn.timeout / 3;
         let mut last_recv = Instant::now();
-        let mut ping_sent: Option<Instant> = None;
+        let mut beats = Beats::default();
         let why = loop {
             let now = Instant::now();
             let dead_at = last_recv + read_timeout;
-            let ping_at = self.outbox.last_send() + ping_every;
-            let wake = if ping_sent.is_none() {
-                dead_at.min(ping_at)
-            } else {
-                dead_at
-            };
+            let mut wake = dead_at;
+            if beats.ping_sent.is_none() {
+                wake = wake.min(self.outbox.last_send() + ping_every);
+            }
+            let anchor_at = self.anchored_at().map(|t| t + anchor_every);
+            if !beats.heartbeat_out {
+                wake = wake.min(anchor_at.unwrap_or(now));
+            }
             let wait = wake
                 .saturating_duration_since(now)
                 .max(Duration::from_millis(1));
@@ -578,7 +595,7 @@ impl Core {
             match conn.reader.read_frame(&mut conn.stream) {
                 Ok(frame) => {
                     last_recv = Instant::now();
-                    if let Err(e) = self.on_frame(frame, &mut ping_sent) {
+                    if let Err(e) = self.on_frame(frame, &mut beats) {
                         break format!("the server sent what the protocol does not allow: {}", e.0);
                     }
                 }
@@ -587,12 +604,24 @@ impl Core {
                     if now >= last_recv + read_timeout {
                         break format!("nothing heard for {read_timeout:?}");
                     }
-                    if ping_sent.is_none() && now >= self.outbox.last_send() + ping_every {
+                    if !beats.heartbeat_out && anchor_at.is_none_or(|t| now >= t) {
+                        let sync = Req::Sync { path: "/".into() }.outgoing();
+                        let beat = Outgoing {
+                            heartbeat: true,
+                            ..sync
+                        };
+                        if let Err(e) = self.outbox.send(vec![beat], now + read_timeout) {
+                            break format!("heartbeat: {e}");
+                        }
+                        beats.heartbeat_out = true;
+                    } else if beats.ping_sent.is_none()
+                        && now >= self.outbox.last_send() + ping_every
+                    {
                         let ping = Enc::request(xid::PING, op::PING).finish();
                         if let Err(e) = self.outbox.send_reserved(conn.epoch, &ping) {
                             break format!("ping: {e}");
                         }
-                        ping_sent = Some(now);
+                        beats.ping_sent = Some(now);
                     }
                 }
                 Err(e) => break format!("{e}"),
@@ -601,11 +630,16 @@ impl Core {
         self.disconnected(conn.epoch, &why);
     }
 
+    /// The send time of the latest answer that extended the lease bound.
+    fn anchored_at(&self) -> Option<Instant> {
+        self.status.lock().last_ok_sent
+    }
+
     /// One frame from the server.
     fn on_frame(
         &self,
         frame: Vec<u8>,
-        ping_sent: &mut Option<Instant>,
+        beats: &mut Beats,
     ) -> std::result::Result<(), proto::Malformed> {
         let mut d = Dec::new(&frame);
         let header = ReplyHeader::decode(&mut d)?;
@@ -627,11 +661,14 @@ impl Core {
                     self.job(Job::Deliver(to, event));
                 }
             }
+            // A ping keeps the connection alive. It does not extend the lease bound: a
+            // follower answers it alone, also while cut off from the leader, which may be
+            // expiring the session meanwhile.
             xid::PING => {
-                let sent = ping_sent
+                beats
+                    .ping_sent
                     .take()
                     .ok_or(proto::Malformed("unasked ping answer"))?;
-                self.answered(sent);
             }
             xid::SET_WATCHES => {
                 if header.err != 0 {
@@ -649,14 +686,20 @@ impl Core {
                         self.watches.lock().add(w.clone());
                     }
                 }
-                self.answered(pending.sent);
+                if pending.heartbeat {
+                    beats.heartbeat_out = false;
+                }
+                // Any answer of the leader's, success or not, shows the session alive there.
+                if pending.anchors && header.err != SESSION_EXPIRED {
+                    self.answered(pending.sent);
+                }
                 let _ = pending.answer.send(Ok(conn::Reply { header, frame }));
             }
         }
         Ok(())
     }
 
-    /// The server answered something sent at `sent` under the current session.
+    /// The leader's side answered something sent at `sent` under the current session.
     fn answered(&self, sent: Instant) {
         let mut status = self.status.lock();
         if status.session.is_some() {
@@ -711,8 +754,13 @@ impl Core {
             // Closing the session makes its ephemeral nodes go now, not at expiry. A server
             // that does not answer soon gets no longer: the session then ends by expiring.
             let until = Instant::now() + self.config.connection_timeout.min(CLOSE_WAIT);
-            let frame = Enc::request(0, op::CLOSE_SESSION).finish();
-            if let Ok(mut t) = self.outbox.send(vec![(frame, None)], until) {
+            let close = Outgoing {
+                frame: Enc::request(0, op::CLOSE_SESSION).finish(),
+                watch: None,
+                anchors: false,
+                heartbeat: false,
+            };
+            if let Ok(mut t) = self.outbox.send(vec![close], until) {
                 if let Some(t) = t.pop() {
                     let _ = t.answer.recv_deadline(until);
                 }
