@@ -26,7 +26,10 @@ fn wakeups() -> HashMap<String, (String, u64)> {
             .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
-        out.insert(t.file_name().to_string_lossy().into_owned(), (name, switches));
+        out.insert(
+            t.file_name().to_string_lossy().into_owned(),
+            (name, switches),
+        );
     }
     out
 }
@@ -51,8 +54,10 @@ fn idle_library_threads_do_not_wake_up() {
     let waiting_sem = InterProcessSemaphoreMutex::new(&other, &format!("{path}-sem")).unwrap();
     let waiter = std::thread::spawn(move || waiting_sem.try_acquire_for(Duration::from_secs(4)));
     // Let everything settle into its wait.
-    wait_for(SOON, || (second.participants().ok()?.len() == 2).then_some(()))
-        .expect("the second latch never joined");
+    wait_for(SOON, || {
+        (second.participants().ok()?.len() == 2).then_some(())
+    })
+    .expect("the second latch never joined");
     let _ = crossbeam_channel::after(Duration::from_millis(300)).recv();
 
     let before = wakeups();

@@ -21,11 +21,11 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
 use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox, Outgoing};
-use super::request::Req;
 use super::events::Job;
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
+use super::request::Req;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::types::WatchEvent;

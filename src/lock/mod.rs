@@ -108,7 +108,10 @@ impl LockOptions {
         self
     }
 
-    /// How much earlier than the session's certain validity a lease stops being valid.
+    /// How much earlier than the session's certain validity a lease stops being valid (default
+    /// a tenth of the session timeout, at least 50 ms). It covers clock drift and scheduling,
+    /// and on an ensemble it should be at least half the servers' `tickTime` (see "Lease
+    /// bound" in the `client` module docs).
     pub fn lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
         self

@@ -66,7 +66,7 @@ impl TestingCluster {
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
             let mut cfg = options.base_config(&data, ports[3 * i]);
             let _ = writeln!(cfg, "initLimit=50");
-            let _ = writeln!(cfg, "syncLimit=20");
+            let _ = writeln!(cfg, "syncLimit={}", options.sync_limit);
             let _ = writeln!(cfg, "standaloneEnabled=false");
             let _ = writeln!(cfg, "reconfigEnabled=false");
             cfg.push_str(&servers);
@@ -152,6 +152,25 @@ impl TestingCluster {
     pub fn kill(&self, i: usize) {
         if let Some(j) = self.members[i].jvm.lock().take() {
             j.kill();
+        }
+    }
+
+    /// Freezes member `i` (`SIGSTOP`): its sockets stay open but it answers nothing, as a
+    /// member behind a partition does. The others notice only by timeouts.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d member run again (`SIGCONT`).
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, sig: &str) {
+        if let Some(pid) = self.pid(i) {
+            let _ = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status();
         }
     }
 

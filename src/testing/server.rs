@@ -30,6 +30,9 @@ pub struct ServerOptions {
     pub container_check_interval: Option<Duration>,
     /// TTL nodes (`zookeeper.extendedTypesEnabled`). Default off, as in ZooKeeper.
     pub extended_types: bool,
+    /// An ensemble's `syncLimit`, in ticks: how long a follower keeps serving after it last
+    /// heard from the leader. Default 20.
+    pub sync_limit: u32,
 }
 
 impl Default for ServerOptions {
@@ -42,6 +45,7 @@ impl Default for ServerOptions {
             start_timeout: Duration::from_secs(60),
             container_check_interval: None,
             extended_types: false,
+            sync_limit: 20,
         }
     }
 }
