@@ -181,7 +181,13 @@ impl InterProcessMutex {
         // Re-entry builds on this thread's hold: only if it is still sound.
         let held = self.holds.lock().get(&me).map(|h| h.lease.clone());
         if let Some(lease) = held {
-            if !self.core.still_holds(&lease, deadline)? {
+            let sound = match self.core.still_holds(&lease, deadline) {
+                Ok(sound) => sound,
+                // Not verified by the deadline: not (re-)acquired.
+                Err(Error::Timeout { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if !sound {
                 self.drop_dead_hold(me, &lease);
                 return Err(Error::SessionLost {
                     session_id: lease.session_id(),
@@ -206,7 +212,12 @@ impl InterProcessMutex {
                 let write_hold = writer.lock().get(&me).map(|h| h.lease.clone());
                 match write_hold {
                     Some(lease) => {
-                        if !self.core.still_holds(&lease, deadline)? {
+                        let sound = match self.core.still_holds(&lease, deadline) {
+                            Ok(sound) => sound,
+                            Err(Error::Timeout { .. }) => return Ok(None),
+                            Err(e) => return Err(e),
+                        };
+                        if !sound {
                             return Err(Error::SessionLost {
                                 session_id: lease.session_id(),
                             });
