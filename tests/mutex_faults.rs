@@ -334,17 +334,6 @@ fn try_acquire_for_returns_by_its_deadline_while_connections_are_refused() {
     assert!(took <= wait + slack, "attempt while refused took {took:?}");
 }
 
-/// Expires `client`'s session on the server while its traffic is held, then lets it through:
-/// the client finds the session expired and builds a new one.
-fn expire_and_renew(f: &Faulty, client: &Client) {
-    let sub = client.subscribe();
-    let (id, passwd) = client.testing_session_credentials().unwrap();
-    f.proxy.blackhole();
-    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
-    f.proxy.heal();
-    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
-}
-
 #[test]
 fn a_reentrant_acquire_after_the_hold_was_lost_fails_and_drops_the_dead_hold() {
     let f = faulty();

@@ -296,12 +296,7 @@ fn a_lost_write_hold_gives_no_read_while_another_client_writes() {
     let path = "/rw-downgrade-after-loss";
     let lock = InterProcessReadWriteLock::new(&client, path).unwrap();
     let write = lock.write_lock().acquire().unwrap();
-    let sub = client.subscribe();
-    let (id, passwd) = client.testing_session_credentials().unwrap();
-    f.proxy.blackhole();
-    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
-    f.proxy.heal();
-    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+    expire_and_renew(&f, &client);
     let theirs = InterProcessReadWriteLock::new(&other, path).unwrap();
     let their_write = theirs
         .write_lock()

@@ -78,3 +78,14 @@ pub fn next_state(sub: &Subscription, state: ConnectionState) -> StateEvent {
     assert_eq!(e.state, state, "expected {state:?}, got {e:?}");
     e
 }
+
+/// Expires `client`'s session on the server while its traffic is held, then lets it through:
+/// the client finds the session expired and builds a new one.
+pub fn expire_and_renew(f: &Faulty, client: &Client) {
+    let sub = client.subscribe();
+    let (id, passwd) = client.testing_session_credentials().unwrap();
+    f.proxy.blackhole();
+    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
+    f.proxy.heal();
+    while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+}
