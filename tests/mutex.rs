@@ -257,6 +257,8 @@ fn the_lock_path_is_empty_after_all_guards_drop_and_clients_close() {
 
 #[test]
 fn semaphore_mutex_is_not_reentrant_and_may_be_released_by_another_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<zk_recipes::SemaphoreLease>();
     let path = root("semaphore-mutex");
     let c = client();
     let mutex = InterProcessSemaphoreMutex::new(&c, &path).unwrap();
