@@ -379,3 +379,48 @@ fn an_old_guard_released_late_never_deletes_the_node_of_a_newer_hold() {
     assert!(stat.is_some(), "the old guard deleted the new hold's node");
     assert!(mutex.try_acquire().unwrap().is_some(), "still re-entrant");
 }
+
+/// The server's count of packets received, from `mntr`.
+fn packets_received(server: &zk_recipes::testing::TestingServer) -> u64 {
+    server
+        .four_letter("mntr")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("mntr reports packets received")
+}
+
+#[test]
+fn an_uncontended_acquire_is_one_round_trip_of_two_pipelined_requests() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(20));
+    let mutex = InterProcessMutex::new(&client, "/one-trip").unwrap();
+    drop(mutex.acquire().unwrap()); // the lock path exists from here on
+    let requests = client.metrics().requests;
+    let packets = packets_received(&f.server);
+    // No answer reaches the client until heal: both requests must go out without one.
+    f.proxy.hold_replies();
+    let (tx, rx) = mpsc::channel();
+    let m = InterProcessMutex::new(&client, "/one-trip").unwrap();
+    let c = client.clone();
+    thread::spawn(move || {
+        let guard = m.acquire();
+        let sent = c.metrics().requests; // before the release adds its delete
+        tx.send((guard.map(|g| g.node_path().to_string()), sent))
+            .unwrap()
+    });
+    wait_for(SOON, || {
+        (packets_received(&f.server) >= packets + 2).then_some(())
+    })
+    .expect("the create and the listing never both reached the server");
+    assert!(rx.try_recv().is_err(), "held without an answer?");
+    f.proxy.heal();
+    let (node, sent) = rx.recv_timeout(SOON).unwrap();
+    assert!(node.unwrap().starts_with("/one-trip/"));
+    assert_eq!(
+        sent - requests,
+        2,
+        "an uncontended acquire sends its create and its listing only"
+    );
+}

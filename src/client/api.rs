@@ -787,30 +787,41 @@ impl Client {
         self.core.session_token(session, lost_on_suspend)
     }
 
-    /// Creates an ephemeral sequential node whose name carries `marker`, for the locks; returns
-    /// its path and the session it was made under. Never retried: `ConnectionLoss` when the
-    /// answer is lost. At this handle's deadline a create still on the wire is handed to the
-    /// janitor, which removes whatever it makes, and the caller gets `Timeout`.
+    /// Creates an ephemeral sequential node whose name carries `marker` under `parent`, for
+    /// the locks, and lists `parent` right behind it without waiting in between: the server
+    /// answers a session's requests in order, so the listing includes the new node, and an
+    /// uncontended lock is had in one round trip. Returns the node's path, the session it was
+    /// made under, and the listing if it came (`None` if only the listing failed).
+    ///
+    /// Never retried: `ConnectionLoss` when the create's answer is lost. At this handle's
+    /// deadline a create still on the wire is handed to the janitor, which removes whatever it
+    /// makes, and the caller gets `Timeout`.
     pub(crate) fn create_protected(
         &self,
-        path: &str,
+        parent: &str,
+        prefix: &str,
         data: &[u8],
         marker: &str,
         acl: &[Acl],
-    ) -> Result<(String, SessionId)> {
-        paths::validate(path, true)?;
+    ) -> Result<(String, SessionId, Option<Vec<String>>)> {
+        let path = paths::join(parent, prefix);
+        paths::validate(&path, true)?;
         check_data(data)?;
-        let full = self.full(path);
-        let req = Req::Create {
+        let (full, full_parent) = (self.full(&path), self.full(parent));
+        let create = Req::Create {
             path: &full,
             data,
             acl,
             mode: CreateMode::EphemeralSequential,
         };
-        let ticket = self
-            .send(vec![req.outgoing()])?
-            .pop()
-            .ok_or(Error::ConnectionLoss)?;
+        let list = Req::GetChildren {
+            path: full_parent.as_str().into(),
+            watch: None,
+        };
+        let mut tickets = self.send(vec![create.outgoing(), list.outgoing()])?;
+        let (Some(listed), Some(ticket)) = (tickets.pop(), tickets.pop()) else {
+            return Err(Error::ConnectionLoss);
+        };
         let session = ticket.session;
         if let Some(d) = self.deadline {
             if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = wait_ready(&ticket.answer, d)
@@ -818,7 +829,7 @@ impl Client {
                 self.core.job(Job::Chore(Chore::Await {
                     answer: ticket.answer,
                     then: Then::Created {
-                        parent: paths::parent(path).unwrap_or("/").to_owned(),
+                        parent: parent.to_owned(),
                         marker: marker.to_owned(),
                     },
                     session,
@@ -829,9 +840,14 @@ impl Client {
                 ));
             }
         }
-        let reply = self.wait(ticket, path, None)?;
+        let reply = self.wait(ticket, &path, None)?;
         let (created, _) = request::created(&reply)?;
-        Ok((strip(&self.core.config.prefix, &created), session))
+        // Answered right behind the create; a listing that fails is simply not used.
+        let line = self
+            .wait(listed, parent, None)
+            .ok()
+            .and_then(|r| r.record().strs().ok());
+        Ok((strip(&self.core.config.prefix, &created), session, line))
     }
 
     /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what

@@ -286,8 +286,14 @@ impl Inner {
         let (wake_tx, wake_rx) = unbounded();
         let mut watches = WatchGuard::new(client, &wake_tx);
         let mut failures = 0;
+        // The listing that came with our create saves the first round trip.
+        let mut first = node.line.clone();
         loop {
-            let contenders = match self.core.contenders(None) {
+            let listed = match first.take() {
+                Some(line) => Ok(line),
+                None => self.core.contenders(None),
+            };
+            let contenders = match listed {
                 Ok(c) => {
                     failures = 0;
                     c

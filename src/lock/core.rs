@@ -156,6 +156,9 @@ pub(crate) struct OwnNode {
     /// Node name.
     pub name: String,
     pub session: SessionId,
+    /// The line as listed right behind our create, in the same round trip (`None` after an
+    /// adoption, or if that listing failed).
+    pub line: Option<Vec<Contender>>,
 }
 
 /// Why a wait ended without an error.
@@ -325,25 +328,29 @@ impl LockCore {
         let mut session = self.wait_session(deadline)?;
         let mut marker = ProtectedId::next(session);
         loop {
-            let prefix = paths::join(&self.path, &marker.node_prefix(lock_name));
+            let node_prefix = marker.node_prefix(lock_name);
             #[cfg(feature = "testing")]
-            self.options.hooks.before_create(&prefix);
+            self.options
+                .hooks
+                .before_create(&paths::join(&self.path, &node_prefix));
             let created = self.client_until(deadline).create_protected(
-                &prefix,
+                &self.path,
+                &node_prefix,
                 self.options.holder_id_text().as_bytes(),
                 marker.as_str(),
                 &self.options.acl_for(&self.client),
             );
             match created {
-                Ok((path, s)) if s == session => {
+                Ok((path, s, line)) if s == session => {
                     let name = paths::node_name(&path).to_owned();
                     return Ok(OwnNode {
                         path,
                         name,
                         session,
+                        line: line.map(sort_contenders),
                     });
                 }
-                Ok((path, other)) => {
+                Ok((path, other, _)) => {
                     // Made under a session we did not start under: not ours to keep.
                     self.forget(&path, other, deadline);
                     session = self.wait_session(deadline)?;
@@ -432,6 +439,7 @@ impl LockCore {
                 path: paths::join(&self.path, &first.name),
                 name: first.name,
                 session,
+                line: None,
             })
         } else {
             None
@@ -509,8 +517,16 @@ impl LockCore {
         let (wake_tx, wake_rx) = unbounded();
         let mut watches = WatchGuard::new(&self.client, &wake_tx);
         let watch_line = wait && rule.watches_line();
+        // The listing that came with our create saves the first round trip, unless the rule
+        // needs the line watched.
+        let mut first = node
+            .line
+            .clone()
+            .filter(|line| !watch_line && line.iter().any(|c| c.name == node.name));
         loop {
-            let listed = if watch_line {
+            let listed = if let Some(line) = first.take() {
+                Ok(line)
+            } else if watch_line {
                 self.contenders_watched(deadline, &wake_tx)
             } else {
                 self.contenders(deadline)
