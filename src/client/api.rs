@@ -394,19 +394,46 @@ impl Client {
 
     /// `ensure_path` on a path already including the prefix.
     pub(crate) fn ensure_full_path(&self, full: &str, acl: &[Acl]) -> Result<()> {
+        self.make_path(full, acl, usize::MAX)
+    }
+
+    /// Makes a lock's path and its missing ancestors below the client's prefix as container
+    /// nodes (ZooKeeper ≥ 3.5.3), so the server reaps them once the last contender is gone
+    /// and a per-job lock path does not stay for ever. A server without containers gets
+    /// persistent nodes instead, with a warning the first time.
+    pub(crate) fn ensure_lock_path(&self, path: &str, acl: &[Acl]) -> Result<()> {
+        paths::validate(path, false)?;
+        let prefix_len = self.core.config.prefix.len();
+        self.make_path(&self.full(path), acl, prefix_len)
+    }
+
+    /// Creates every missing node of `full` (a server path): persistent up to byte
+    /// `containers_from`, containers below it.
+    fn make_path(&self, full: &str, acl: &[Acl], containers_from: usize) -> Result<()> {
         for (i, _) in full.match_indices('/').skip(1).chain([(full.len(), "")]) {
             let prefix = &full[..i];
-            let req = Req::Create {
-                path: prefix,
-                data: &[],
-                acl,
-                mode: CreateMode::Persistent,
+            let container = i > containers_from && !self.core.no_containers();
+            let mode = if container {
+                CreateMode::Container
+            } else {
+                CreateMode::Persistent
             };
-            match self.retried(prefix, Retry::OnConnectionLoss, || {
+            let made = self.retried(prefix, Retry::OnConnectionLoss, || {
+                let req = Req::Create {
+                    path: prefix,
+                    data: &[],
+                    acl,
+                    mode,
+                };
                 self.request(prefix, &req).map(|_| ())
-            }) {
+            });
+            match made {
                 Ok(()) => {}
                 Err(e) if e.is_node_exists() => {}
+                Err(e) if container && e.is_code(crate::ZkCode::Unimplemented) => {
+                    self.core.containers_unsupported();
+                    return self.make_path(full, acl, containers_from);
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -115,6 +115,8 @@ pub(crate) struct Core {
     to_close: Mutex<Option<Session>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
+    /// The server refused a container create: lock paths are made persistent from then on.
+    no_containers: AtomicBool,
 }
 
 /// Why a connection attempt gave no usable connection.
@@ -170,6 +172,7 @@ impl Core {
             to_close: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            no_containers: AtomicBool::new(false),
         });
         let c = core.clone();
         match thread::Builder::new()
@@ -333,6 +336,21 @@ impl Core {
     /// watcher.
     pub fn forget_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Vec<WatchType> {
         self.watches.lock().remove(path, tx)
+    }
+
+    /// True once the server refused a container create.
+    pub fn no_containers(&self) -> bool {
+        self.no_containers.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the server has no containers; warns the first time.
+    pub fn containers_unsupported(&self) {
+        if !self.no_containers.swap(true, Ordering::Relaxed) {
+            warn!(
+                "the server does not support container nodes (ZooKeeper < 3.5.3): lock paths \
+                 are made persistent and stay after use"
+            );
+        }
     }
 
     /// True if any watcher waits at `path` (a server path).

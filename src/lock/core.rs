@@ -393,7 +393,7 @@ impl LockCore {
                         retries += 1;
                     }
                     self.client_until(deadline)
-                        .ensure_path_with_acl(&self.path, &self.options.acl_for(&self.client))?;
+                        .ensure_lock_path(&self.path, &self.options.acl_for(&self.client))?;
                     made_parents = true;
                     continue;
                 }
