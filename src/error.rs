@@ -147,6 +147,12 @@ pub enum Error {
         /// The session that was lost.
         session_id: SessionId,
     },
+    /// A write made [while held](crate::lock::WhileHeld) was refused by the server because the
+    /// lock node is gone: the hold is over (session expired, node deleted). Nothing was written.
+    NotHeld {
+        /// The lock node the write depended on.
+        node: String,
+    },
     /// A path that ZooKeeper would reject, caught before anything was sent.
     InvalidPath {
         /// The path as given.
@@ -254,6 +260,10 @@ impl fmt::Display for Error {
             Error::SessionLost { session_id } => write!(
                 f,
                 "ZooKeeper session {session_id} is lost; its ephemeral nodes and locks are gone"
+            ),
+            Error::NotHeld { node } => write!(
+                f,
+                "the lock node {node} is gone, so the server refused the write: the hold is over"
             ),
             Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
             Error::BadArguments(msg) => write!(f, "bad arguments: {msg}"),

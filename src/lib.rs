@@ -50,7 +50,7 @@ pub use leader::{
 pub use lock::{
     FencingGate, InterProcessMutex, InterProcessMutexGuard, InterProcessReadWriteLock,
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LockOptions, RunError,
-    SemaphoreLease,
+    SemaphoreLease, WhileHeld,
 };
 pub use retry::RetryPolicy;
 

@@ -155,6 +155,13 @@ impl Lease {
         }
     }
 
+    /// Writes to ZooKeeper that the server applies only while this hold's node exists: each
+    /// goes out as one transaction with a check of the node, so a hold that is over (session
+    /// expired, node deleted) cannot write, whatever this process believes.
+    pub fn while_held(&self) -> super::WhileHeld<'_> {
+        super::WhileHeld::for_node(&self.client, &self.node)
+    }
+
     /// How long the hold has lasted.
     pub fn held_for(&self) -> Duration {
         self.acquired_at.elapsed()

@@ -9,6 +9,7 @@
 //!   benches only.
 //! - [`revoke`]: asks a holder of a revocable lock to let go.
 //! - [`inspect`]: who holds a lock and who waits, by each node's own rule.
+//! - [`WhileHeld`]: writes the server applies only while a lock node exists.
 //!
 //! Every guard dereferences to a [`Lease`]: `is_held()`, `lost()`, `valid_until()`,
 //! `check()`, `run(work)` and `fencing_token()`.
@@ -25,6 +26,7 @@ mod names;
 mod revocation;
 mod rwlock;
 mod semaphore;
+mod while_held;
 
 #[cfg(feature = "testing")]
 use std::sync::Arc;
@@ -41,6 +43,7 @@ pub use self::names::session_of;
 pub use self::revocation::{revoke, REVOKE_MESSAGE};
 pub use self::rwlock::InterProcessReadWriteLock;
 pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SemaphoreLease};
+pub use self::while_held::WhileHeld;
 
 /// How a lock behaves; the defaults suit most uses.
 #[derive(Clone)]
