@@ -380,3 +380,27 @@ fn the_queue_order_across_languages_follows_the_node_sequence() {
         "acquisition order did not follow the queue"
     );
 }
+
+#[test]
+fn a_curator_holders_node_guards_rust_writes_while_it_holds() {
+    let Some(dir) = driver() else { return };
+    let path = root("interop-while-held");
+    let rust = client();
+    let target = format!("{path}-state");
+    rust.create(&target, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    let mut java = Java::start(dir, &server().connect_string(), &path, "mutex", 1, -1);
+    java.wait("ACQ");
+    let line = zk_recipes::lock::inspect(&rust, &path).unwrap();
+    let holder = line.iter().find(|e| e.holds).expect("Curator holds the lock");
+    let guarded = zk_recipes::WhileHeld::for_node(&rust, &holder.path);
+    guarded.set_data(&target, b"while Curator holds", None).unwrap();
+    java.release();
+    java.wait("DONE");
+    let late = guarded.set_data(&target, b"after", None);
+    assert!(
+        matches!(late, Err(zk_recipes::Error::NotHeld { .. })),
+        "{late:?}"
+    );
+    assert_eq!(rust.data(&target).unwrap().0, b"while Curator holds");
+}
