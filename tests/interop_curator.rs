@@ -392,9 +392,14 @@ fn a_curator_holders_node_guards_rust_writes_while_it_holds() {
     let mut java = Java::start(dir, &server().connect_string(), &path, "mutex", 1, -1);
     java.wait("ACQ");
     let line = zk_recipes::lock::inspect(&rust, &path).unwrap();
-    let holder = line.iter().find(|e| e.holds).expect("Curator holds the lock");
+    let holder = line
+        .iter()
+        .find(|e| e.holds)
+        .expect("Curator holds the lock");
     let guarded = zk_recipes::WhileHeld::for_node(&rust, &holder.path);
-    guarded.set_data(&target, b"while Curator holds", None).unwrap();
+    guarded
+        .set_data(&target, b"while Curator holds", None)
+        .unwrap();
     java.release();
     java.wait("DONE");
     let late = guarded.set_data(&target, b"after", None);

@@ -82,3 +82,25 @@ fn any_holders_node_can_guard_writes() {
     ));
     assert_eq!(writer.data(&target).unwrap().0, b"x");
 }
+
+#[test]
+fn a_holder_hears_when_an_operator_deletes_its_node() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let operator = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("deleted-under-holder");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let lost = guard.lost();
+    assert!(guard.check().is_ok());
+    operator.delete(guard.node_path()).unwrap();
+    assert!(matches!(
+        lost.recv_timeout(SOON),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+    ));
+    assert!(!guard.is_held());
+    assert!(guard.check().is_err());
+    assert!(matches!(guard.release(), Err(Error::SessionLost { .. })));
+    // The lock works on: the next hold is a new node, watched again.
+    let again = mutex.acquire().unwrap();
+    assert!(again.check().is_ok());
+}

@@ -919,6 +919,57 @@ impl Client {
         }
     }
 
+    /// Watches a held node: if anyone deletes it (an operator, a revocation tool), `token` is
+    /// marked lost, so the hold's `is_held()` turns false, `check()` fails and `lost()` fires.
+    /// The watch goes out without waiting for its answer: it costs no round trip.
+    pub(crate) fn watch_hold(&self, path: &str, token: &Arc<token::SessionToken>) {
+        self.core.track_hold(path, token);
+        // Never waits for a connection: without one, the event thread sets it on reconnect.
+        let now = self.with_deadline(Instant::now());
+        if !now.watch_hold_again(path, token.session) {
+            self.core.job(Job::Chore(Chore::WatchHold {
+                path: path.to_owned(),
+                session: token.session,
+            }));
+        }
+    }
+
+    /// (Re)sets the watch on a held node without waiting for the answer, which the event
+    /// thread checks. False if it could not be sent.
+    pub(crate) fn watch_hold_again(&self, path: &str, session: SessionId) -> bool {
+        let full = self.full(path);
+        let req = Req::GetData {
+            path: full.as_str().into(),
+            watch: Some(WatchReg::new(
+                &full,
+                WatchType::Data,
+                self.core.hold_watch_tx(),
+            )),
+        };
+        let Some(ticket) = self
+            .send(vec![req.outgoing()])
+            .ok()
+            .and_then(|mut t| t.pop())
+        else {
+            return false;
+        };
+        self.core.job(Job::Chore(Chore::Await {
+            answer: ticket.answer,
+            then: Then::HoldWatched {
+                path: path.to_owned(),
+            },
+            session,
+        }));
+        true
+    }
+
+    /// Stops watching a held node (it is being released).
+    pub(crate) fn unwatch_hold(&self, path: &str) {
+        self.core.untrack_hold(path);
+        self.core
+            .forget_watch(&self.full(path), self.core.hold_watch_tx());
+    }
+
     /// Hands the janitor the removal of every child of `parent` carrying `marker`.
     pub(crate) fn remove_marked_later(&self, parent: &str, marker: &str, session: SessionId) {
         self.core.job(Job::Chore(Chore::DeleteMarked {

@@ -144,12 +144,12 @@ impl ClientBuilder {
     pub fn connect(self) -> Result<Client> {
         let config = self.config()?;
         let connection_timeout = config.connection_timeout;
-        let (core, jobs) = Core::start(config)?;
+        let (core, inbox) = Core::start(config)?;
         // The client's second thread: watch delivery and the janitor.
         let c = core.clone();
         let spawned = thread::Builder::new()
             .name("zk-events".into())
-            .spawn(move || janitor::run(c, jobs));
+            .spawn(move || janitor::run(c, inbox));
         match spawned {
             Ok(handle) => core.adopt_thread(handle),
             Err(e) => {

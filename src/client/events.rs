@@ -28,6 +28,8 @@ pub(crate) enum Chore {
         marker: String,
         session: SessionId,
     },
+    /// Set the watch on a held node once connected (it could not go out when the hold began).
+    WatchHold { path: String, session: SessionId },
     /// A request nobody waits for any more: once it is answered, finish its work.
     Await {
         answer: Receiver<Answer>,
@@ -42,6 +44,8 @@ pub(crate) enum Then {
     Created { parent: String, marker: String },
     /// The delete of `path`: if it did not happen, it is tried again.
     Deleted { path: String },
+    /// The watch on a held node: if the node is already gone, the hold is over.
+    HoldWatched { path: String },
 }
 
 impl Chore {
@@ -50,6 +54,7 @@ impl Chore {
         match self {
             Chore::Delete { session, .. }
             | Chore::DeleteMarked { session, .. }
+            | Chore::WatchHold { session, .. }
             | Chore::Await { session, .. } => *session,
         }
     }

@@ -17,29 +17,38 @@ use super::api::Client;
 use super::config::strip;
 use super::conn::Answer;
 use super::events::{Chore, Job, Then};
-use super::session::{Core, Phase};
+use super::session::{Core, Inbox, Phase};
+use super::types::{WatchEvent, WatchKind};
 use crate::error::Error;
 use crate::session_id::SessionId;
 
 /// Deadline of each request the janitor makes.
 const REQUEST: Duration = Duration::from_secs(5);
 
-pub(crate) fn run(core: Arc<Core>, jobs: Receiver<Job>) {
+pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
+    let Inbox { jobs, holds } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
     let mut awaiting: Vec<(Receiver<Answer>, Then, SessionId)> = Vec::new();
     loop {
         let (job, answered) = {
             let mut sel = Select::new();
             sel.recv(&jobs);
+            sel.recv(&holds);
             for (rx, _, _) in &awaiting {
                 sel.recv(rx);
             }
             let op = sel.select();
             match op.index() {
                 0 => (Some(op.recv(&jobs)), None),
+                1 => {
+                    if let Ok(event) = op.recv(&holds) {
+                        on_hold_event(&core, event);
+                    }
+                    continue;
+                }
                 i => {
-                    let answer = op.recv(&awaiting[i - 1].0).unwrap_or(Err(()));
-                    (None, Some((i - 1, answer)))
+                    let answer = op.recv(&awaiting[i - 2].0).unwrap_or(Err(()));
+                    (None, Some((i - 2, answer)))
                 }
             }
         };
@@ -81,6 +90,27 @@ pub(crate) fn run(core: Arc<Core>, jobs: Receiver<Job>) {
     }
 }
 
+/// A watch on a held node fired: deleted means the hold is over; anything else (a revoke
+/// written into it) used the one-shot watch up, so it is set again.
+fn on_hold_event(core: &Arc<Core>, event: WatchEvent) {
+    match event.kind {
+        WatchKind::Deleted => core.hold_gone(&event.path),
+        _ if core.is_tracked_hold(&event.path) => {
+            if let Some(session) = core.session_id() {
+                let sent = Client::background(core.clone(), Instant::now())
+                    .watch_hold_again(&event.path, session);
+                if !sent {
+                    core.job(Job::Chore(Chore::WatchHold {
+                        path: event.path,
+                        session,
+                    }));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The chore an awaited answer leaves, if any.
 fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Option<Chore> {
     let chore = match (then, answer) {
@@ -105,6 +135,12 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
         // Deleted, or already gone (NoNode): nothing left to do.
         (Then::Deleted { .. }, Ok(r)) if r.header.err == 0 || r.header.err == -101 => return None,
         (Then::Deleted { path }, _) => Chore::Delete { path, session },
+        // The held node was gone before its watch was set: the hold is over.
+        (Then::HoldWatched { path }, Ok(r)) if r.header.err == -101 => {
+            core.hold_gone(&path);
+            return None;
+        }
+        (Then::HoldWatched { .. }, _) => return None,
     };
     Some(chore)
 }
@@ -153,6 +189,12 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
                 marker,
                 session,
             })
+        }
+        Chore::WatchHold { path, session } => {
+            if client.core().is_tracked_hold(&path) && !client.watch_hold_again(&path, session) {
+                return Some(Chore::WatchHold { path, session });
+            }
+            None
         }
         // Handled by the loop itself.
         Chore::Await {

@@ -9,6 +9,7 @@
 //! timeout of silence; the client then asks the server to close it (so its ephemeral nodes go
 //! now) and builds a new one.
 
+use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -117,6 +118,17 @@ pub(crate) struct Core {
     closed: AtomicBool,
     /// The server refused a container create: lock paths are made persistent from then on.
     no_containers: AtomicBool,
+    /// Held lock nodes (client paths), each with the token its deletion marks lost.
+    holds: Mutex<HashMap<String, Weak<SessionToken>>>,
+    /// Where the watches on held nodes report (the event thread listens).
+    hold_tx: Sender<WatchEvent>,
+}
+
+/// What the client's second thread listens to.
+pub(crate) struct Inbox {
+    pub jobs: Receiver<Job>,
+    /// Events of the watches on held nodes.
+    pub holds: Receiver<WatchEvent>,
 }
 
 /// Why a connection attempt gave no usable connection.
@@ -145,8 +157,9 @@ impl Core {
     /// Starts the I/O thread, which connects. Returns the receiving end of the work for the
     /// client's second thread, which the caller starts and hands back with
     /// [`adopt_thread`](Self::adopt_thread).
-    pub fn start(config: Config) -> Result<(Arc<Core>, Receiver<Job>)> {
+    pub fn start(config: Config) -> Result<(Arc<Core>, Inbox)> {
         let (jobs, jobs_rx) = unbounded();
+        let (hold_tx, hold_rx) = unbounded();
         let (stop, stopped) = unbounded();
         let core = Arc::new(Core {
             config,
@@ -173,6 +186,8 @@ impl Core {
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             no_containers: AtomicBool::new(false),
+            holds: Mutex::new(HashMap::new()),
+            hold_tx,
         });
         let c = core.clone();
         match thread::Builder::new()
@@ -185,7 +200,43 @@ impl Core {
                 return Err(Error::BadArguments(format!("cannot start a thread: {e}")));
             }
         }
-        Ok((core, jobs_rx))
+        Ok((
+            core,
+            Inbox {
+                jobs: jobs_rx,
+                holds: hold_rx,
+            },
+        ))
+    }
+
+    /// Where watches on held nodes report.
+    pub fn hold_watch_tx(&self) -> &Sender<WatchEvent> {
+        &self.hold_tx
+    }
+
+    /// Remembers a held node: its deletion marks `token` lost.
+    pub fn track_hold(&self, path: &str, token: &Arc<SessionToken>) {
+        let mut holds = self.holds.lock();
+        holds.retain(|_, t| t.strong_count() > 0);
+        holds.insert(path.to_owned(), Arc::downgrade(token));
+    }
+
+    /// Forgets a held node (released): its deletion is ours.
+    pub fn untrack_hold(&self, path: &str) {
+        self.holds.lock().remove(path);
+    }
+
+    /// True while `path` is a held node.
+    pub fn is_tracked_hold(&self, path: &str) -> bool {
+        self.holds.lock().contains_key(path)
+    }
+
+    /// A held node is gone (someone deleted it): the hold is over.
+    pub fn hold_gone(&self, path: &str) {
+        if let Some(token) = self.holds.lock().remove(path).and_then(|t| t.upgrade()) {
+            warn!("{path} was deleted while held: the hold is lost");
+            token.mark_lost();
+        }
     }
 
     /// A thread of this client, joined on shutdown.
@@ -453,12 +504,15 @@ impl Core {
         let timeout = resume
             .as_ref()
             .map_or(self.config.session_timeout, |s| s.timeout);
-        // As the Java client does: the hosts share a session timeout, so that a silent one
-        // cannot keep us from the others until the session is gone.
+        // Each host gets a third of its share of the session timeout, so that every host is
+        // tried at least three times before the session is gone. A silent host then cannot
+        // keep us from the others, and a restarting server, whose listen backlog takes our
+        // connection long before the server reads it, gets a fresh connection soon after it
+        // serves (a connection that sat in the backlog was seen unanswered for 10 s).
         let per_attempt = self
             .config
             .connection_timeout
-            .min((timeout / hosts.max(1) as u32).max(Duration::from_millis(100)));
+            .min((timeout / (3 * hosts.max(1) as u32)).max(Duration::from_millis(100)));
         let mut until = Instant::now() + per_attempt;
         if let Some(at) = self.lost_at() {
             until = until.min(at);

@@ -307,6 +307,7 @@ impl LockCore {
             .options
             .lease_margin
             .unwrap_or_else(|| (self.client.session_timeout() / 10).max(Duration::from_millis(50)));
+        self.client.watch_hold(&node.path, &token);
         Lease::new(self.client.clone(), node.path, token, margin)
     }
 
@@ -459,6 +460,7 @@ impl LockCore {
     /// Removes our node (waiting or holding), now or through the janitor, never blocking past
     /// `deadline`.
     pub fn leave(&self, node: &OwnNode, deadline: Option<Instant>) {
+        self.client.unwatch_hold(&node.path);
         self.forget(&node.path, node.session, deadline);
     }
 
@@ -642,6 +644,7 @@ impl LockCore {
     pub fn release(&self, lease: &Lease) -> Result<()> {
         self.counters.released(lease.held_for());
         let held = lease.is_held() && lease.check().is_ok();
+        self.client.unwatch_hold(&lease.node);
         self.forget(&lease.node, lease.session_id(), None);
         if held {
             Ok(())
