@@ -1,7 +1,24 @@
-// Drives Apache Curator's InterProcessMutex with the same contended loop as the Rust benches:
-// n clients (each its own session), one thread each, for a fixed time; handoff latency is from
-// the moment a holder calls release to the moment the next holder's acquire returns.
-// Usage: CuratorBench <connect> <path> <n> <millis> <holdMs>
+// Drives Apache Curator for the peers bench: a long-lived JVM that takes commands on standard
+// input, so that it is warmed once and then measured turn by turn with the Rust clients, on
+// the same server in the same run. One line per command; every answer is one line.
+//
+//   clients N                    open N clients (each its own session)
+//   warm PATH MAXSECS            run every loop until the JIT has been quiet for a second
+//                                (and at least 2 s; at most MAXSECS): WARM <seconds>
+//                                <compile ms> <quiet|busy>
+//   uncontended PATH ROUNDS      acquire/release on one client; acquire latency:
+//                                RESULT <rounds> <p50 us> <p99 us> <cpu ns per acquisition>
+//   run KIND PATH N MILLIS       N contenders (mutex | semaphore | rwlock) for MILLIS:
+//                                RESULT <acquisitions> <per second> <handoff p50 us>
+//                                       <handoff p99 us> <cpu ns per acquisition>
+//   quit
+//
+// The contended loop is the Rust benches' own: acquire, note the handoff (from the moment the
+// previous holder called release), release; rwlock contenders write every tenth round.
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.lang.management.CompilationMXBean;
+import java.lang.management.ManagementFactory;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -10,58 +27,132 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreMutex;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public class CuratorBench {
+    static final List<CuratorFramework> clients = new ArrayList<>();
+    static String connect;
+
     public static void main(String[] args) throws Exception {
-        String connect = args[0];
-        String path = args[1];
-        int n = Integer.parseInt(args[2]);
-        long millis = Long.parseLong(args[3]);
-        long holdMs = Long.parseLong(args[4]);
-        List<CuratorFramework> clients = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
+        connect = args[0];
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split(" ");
+            switch (w[0]) {
+                case "clients": openClients(Integer.parseInt(w[1])); System.out.println("OK"); break;
+                case "warm": System.out.println(warm(w[1], Long.parseLong(w[2]))); break;
+                case "uncontended": System.out.println(uncontended(w[1], Integer.parseInt(w[2]))); break;
+                case "run":
+                    System.out.println(run(w[1], w[2], Integer.parseInt(w[3]), Long.parseLong(w[4])));
+                    break;
+                case "quit":
+                    for (CuratorFramework c : clients) c.close();
+                    return;
+                default: System.out.println("ERROR unknown command " + w[0]);
+            }
+            System.out.flush();
+        }
+    }
+
+    static void openClients(int n) throws Exception {
+        while (clients.size() < n) {
             CuratorFramework c = CuratorFrameworkFactory.newClient(
                 connect, 30000, 15000, new ExponentialBackoffRetry(50, 10));
             c.start();
             c.blockUntilConnected();
             clients.add(c);
         }
-        run(clients, path + "-warmup", 1000, holdMs, false); // let the JIT compile the loop
-        run(clients, path, millis, holdMs, true);
-        for (CuratorFramework c : clients) {
-            c.close();
+    }
+
+    static long cpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+            .getProcessCpuTime();
+    }
+
+    static String warm(String path, long maxSecs) throws Exception {
+        CompilationMXBean jit = ManagementFactory.getCompilationMXBean();
+        long start = System.nanoTime();
+        long quietSince = System.nanoTime();
+        long last = jit.getTotalCompilationTime();
+        while (true) {
+            uncontended(path + "/u", 200);
+            run("mutex", path + "/c", Math.min(8, clients.size()), 200);
+            run("semaphore", path + "/s", Math.min(4, clients.size()), 100);
+            run("rwlock", path + "/rw", Math.min(4, clients.size()), 100);
+            long now = System.nanoTime();
+            long compiled = jit.getTotalCompilationTime();
+            if (compiled != last) {
+                last = compiled;
+                quietSince = now;
+            }
+            boolean quiet = now - quietSince >= 1_000_000_000L;
+            if ((quiet && now - start >= 2_000_000_000L) || now - start >= maxSecs * 1_000_000_000L) {
+                return String.format("WARM %.1f %d %s", (now - start) / 1e9, compiled,
+                    quiet ? "quiet" : "busy");
+            }
         }
     }
 
-    static void run(List<CuratorFramework> clients, String path, long millis, long holdMs, boolean report)
-            throws Exception {
-        int n = clients.size();
+    static InterProcessLock lockFor(String kind, CuratorFramework c, String path, boolean write) {
+        switch (kind) {
+            case "mutex": return new InterProcessMutex(c, path);
+            case "semaphore": return new InterProcessSemaphoreMutex(c, path);
+            case "rwlock": {
+                InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, path);
+                return write ? rw.writeLock() : rw.readLock();
+            }
+            default: throw new IllegalArgumentException(kind);
+        }
+    }
+
+    static double pct(long[] sorted, double p) {
+        return sorted.length == 0 ? 0 : sorted[(int) Math.round((sorted.length - 1) * p)] / 1000.0;
+    }
+
+    static String uncontended(String path, int rounds) throws Exception {
+        InterProcessMutex mutex = new InterProcessMutex(clients.get(0), path);
+        long[] t = new long[rounds];
+        long cpu0 = cpuNanos();
+        for (int i = 0; i < rounds; i++) {
+            long s = System.nanoTime();
+            mutex.acquire();
+            t[i] = System.nanoTime() - s;
+            mutex.release();
+        }
+        long cpu = cpuNanos() - cpu0;
+        java.util.Arrays.sort(t);
+        return String.format("RESULT %d %.1f %.1f %d", rounds, pct(t, 0.5), pct(t, 0.99), cpu / rounds);
+    }
+
+    static String run(String kind, String path, int n, long millis) throws Exception {
         AtomicBoolean stop = new AtomicBoolean();
         AtomicLong acquisitions = new AtomicLong();
         AtomicLong releasedAt = new AtomicLong();
         ConcurrentLinkedQueue<Long> handoffs = new ConcurrentLinkedQueue<>();
         CyclicBarrier start = new CyclicBarrier(n + 1);
         List<Thread> threads = new ArrayList<>();
-        for (CuratorFramework c : clients) {
-            InterProcessMutex mutex = new InterProcessMutex(c, path);
+        for (int i = 0; i < n; i++) {
+            CuratorFramework c = clients.get(i);
+            InterProcessLock read = lockFor(kind, c, path, false);
+            InterProcessLock write = lockFor(kind, c, path, true);
             Thread t = new Thread(() -> {
                 try {
                     start.await();
+                    long round = 0;
                     while (!stop.get()) {
-                        mutex.acquire();
+                        InterProcessLock lock = (round++ % 10 == 9) ? write : read;
+                        lock.acquire();
                         long now = System.nanoTime();
                         long r = releasedAt.getAndSet(0);
-                        if (r != 0) {
-                            handoffs.add(now - r);
-                        }
+                        if (r != 0) handoffs.add(now - r);
                         acquisitions.incrementAndGet();
-                        if (holdMs > 0) {
-                            Thread.sleep(holdMs);
-                        }
                         releasedAt.set(System.nanoTime());
-                        mutex.release();
+                        lock.release();
                     }
                 } catch (Exception e) {
                     e.printStackTrace();
@@ -71,19 +162,16 @@ public class CuratorBench {
             threads.add(t);
         }
         start.await();
+        long cpu0 = cpuNanos();
         long t0 = System.nanoTime();
         Thread.sleep(millis);
         stop.set(true);
         long counted = acquisitions.get();
         double secs = (System.nanoTime() - t0) / 1e9;
-        for (Thread t : threads) {
-            t.join();
-        }
-        if (report) {
-            long[] h = handoffs.stream().mapToLong(Long::longValue).sorted().toArray();
-            double p50 = h.length == 0 ? 0 : h[(int) Math.round((h.length - 1) * 0.5)] / 1000.0;
-            double p99 = h.length == 0 ? 0 : h[(int) Math.round((h.length - 1) * 0.99)] / 1000.0;
-            System.out.printf("RESULT %d %.2f %.2f %.2f%n", counted, counted / secs, p50, p99);
-        }
+        for (Thread t : threads) t.join();
+        long cpu = cpuNanos() - cpu0;
+        long[] h = handoffs.stream().mapToLong(Long::longValue).sorted().toArray();
+        return String.format("RESULT %d %.2f %.1f %.1f %d", counted, counted / secs, pct(h, 0.5),
+            pct(h, 0.99), cpu / Math.max(1, acquisitions.get()));
     }
 }

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zk_recipes::lock::{HerdLock, InterProcessMutex, LockOptions};
+use zk_recipes::{InterProcessReadWriteLock, InterProcessSemaphoreMutex};
 use zk_recipes::testing::{ServerOptions, TestingServer};
 use zk_recipes::Client;
 
@@ -119,6 +120,10 @@ pub enum Kind {
     Mutex,
     MutexNoFastHandoff,
     Herd,
+    /// `InterProcessSemaphoreMutex`.
+    Semaphore,
+    /// `InterProcessReadWriteLock`: a write every tenth round, reads otherwise.
+    RwLock,
 }
 
 impl Kind {
@@ -127,6 +132,8 @@ impl Kind {
             Kind::Mutex => "predecessor",
             Kind::MutexNoFastHandoff => "predecessor-no-fast-handoff",
             Kind::Herd => "herd",
+            Kind::Semaphore => "semaphore",
+            Kind::RwLock => "rwlock",
         }
     }
 }
@@ -135,6 +142,8 @@ impl Kind {
 enum Lock {
     Mutex(Box<InterProcessMutex>),
     Herd(HerdLock),
+    Semaphore(InterProcessSemaphoreMutex),
+    RwLock(Box<InterProcessReadWriteLock>, AtomicU64),
 }
 
 impl Lock {
@@ -152,6 +161,13 @@ impl Lock {
                 .expect("lock"),
             )),
             Kind::Herd => Lock::Herd(HerdLock::new(client, path).expect("lock")),
+            Kind::Semaphore => {
+                Lock::Semaphore(InterProcessSemaphoreMutex::new(client, path).expect("lock"))
+            }
+            Kind::RwLock => Lock::RwLock(
+                Box::new(InterProcessReadWriteLock::new(client, path).expect("lock")),
+                AtomicU64::new(0),
+            ),
         }
     }
 
@@ -164,6 +180,21 @@ impl Lock {
             }
             Lock::Herd(h) => {
                 let g = h.acquire().expect("acquire");
+                work();
+                drop(g);
+            }
+            Lock::Semaphore(s) => {
+                let g = s.acquire().expect("acquire");
+                work();
+                drop(g);
+            }
+            Lock::RwLock(rw, round) => {
+                let side = if round.fetch_add(1, Ordering::Relaxed) % 10 == 9 {
+                    rw.write_lock()
+                } else {
+                    rw.read_lock()
+                };
+                let g = side.acquire().expect("acquire");
                 work();
                 drop(g);
             }
@@ -259,4 +290,26 @@ pub fn contend(
         requests_per_acquisition: delta(|m| m.requests) as f64 / total as f64,
         most_inside: most.load(Ordering::SeqCst),
     }
+}
+
+/// CPU time this process has used so far (user + system), from `/proc/self/stat`.
+pub fn process_cpu() -> Duration {
+    cpu_of("self")
+}
+
+/// CPU time process `pid` has used so far.
+pub fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
 }

@@ -1,0 +1,548 @@
+//! This crate against the two peers a user would pick instead, fairly: Apache Curator 5.4 (Java,
+//! `benches/CuratorBench.java`, one long-lived JVM) and `zookeeper-client` 0.11 (async Rust,
+//! each contender its own session on a current-thread tokio runtime driven by its own thread;
+//! release = the awaited delete of its lock node).
+//!
+//! Fair means:
+//! - the server is warmed first, in rounds, until a round adds little JIT compile time on the
+//!   server (`jstat -compiler`);
+//! - Curator is warmed until its own JIT has been quiet for a second (at least 2 s);
+//! - ours and both peers then run alternately, configuration by configuration, on the same
+//!   server in the same run, with the same loop;
+//! - client CPU per acquisition is reported for each (Curator: its JVM's; ours and
+//!   `zookeeper-client`: this process's, while only that client runs).
+//!
+//! `cargo bench --bench peers [-- --quick]`. Skips Curator, saying why, if Java or Curator is
+//! missing.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use zk_recipes::testing::TestingServer;
+use zk_recipes::{Client, InterProcessMutex};
+
+const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+
+/// One configuration's figures for one client.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+    cpu_us_per_acq: f64,
+}
+
+fn main() {
+    let args = args();
+    let server = server(&args);
+    let connect = server.connect_string();
+    let ns: Vec<usize> = if args.quick {
+        vec![2, 8]
+    } else {
+        vec![2, 8, 32, 64]
+    };
+    let big = if args.quick { None } else { Some(256) };
+    let most = big.unwrap_or(*ns.iter().max().unwrap_or(&8));
+    let run_for = Duration::from_millis(if args.quick { 500 } else { 3000 });
+    let ours = clients(&connect, most);
+    ours[0].ensure_path("/bench/peers").expect("path");
+    let zkc = ZkcContenders::connect(&connect, most);
+    let mut curator = match Curator::start(&connect, most) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            json("peers", &[("curator_skipped", s(&why))]);
+            println!("Curator skipped: {why}");
+            None
+        }
+    };
+
+    // 1. The server, warmed until its JIT is quiet.
+    let warm = warm_server(&server, &ours[..8.min(most)], args.quick);
+    println!("server warmed: {warm}");
+    // 2. Curator, warmed until its own JIT is quiet.
+    if let Some(c) = curator.as_mut() {
+        let most_secs = if args.quick { 3 } else { 120 };
+        println!(
+            "Curator warmed: {}",
+            c.ask(&format!("warm /bench/peers/curator-warm {most_secs}"))
+        );
+    }
+    // Our side and zookeeper-client get the same untimed warm-up loops.
+    for i in 0..3 {
+        let _ = uncontended_ours(&ours[0], &format!("/bench/peers/ours-warm-{i}"), 300);
+        let _ = zkc.uncontended(&format!("/bench/peers/zkc-warm-{i}"), 300);
+        let _ = zkc.contend(8.min(most), &format!("/bench/peers/zkc-warm-c{i}"), run_for / 3);
+    }
+
+    let mut rows = Vec::new();
+    // 3. Uncontended acquire (acquire latency; release not timed), blocks alternated.
+    let rounds = if args.quick { 300 } else { 2000 };
+    let (mut o, mut z, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for block in 0..3 {
+        o.push(uncontended_ours(
+            &ours[0],
+            &format!("/bench/peers/u-ours-{block}"),
+            rounds,
+        ));
+        if let Some(cur) = curator.as_mut() {
+            c.push(cur.result(&format!(
+                "uncontended /bench/peers/u-cur-{block} {rounds}"
+            )));
+        }
+        z.push(zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds));
+    }
+    rows.push(("uncontended acquire".to_string(), median(&o), median(&z), median(&c)));
+
+    // 4. Contended mutex, hold 0, at every N (and once at 256).
+    for &n in ns.iter().chain(big.iter()) {
+        let path = format!("/bench/peers/m{n}");
+        let ours_fig = contend_ours(Kind::Mutex, &ours[..n], &format!("{path}-ours"), run_for);
+        let cur_fig = curator
+            .as_mut()
+            .map(|cur| cur.run("mutex", &format!("{path}-cur"), n, run_for))
+            .unwrap_or_default();
+        let zkc_fig = zkc.contend(n, &format!("{path}-zkc"), run_for);
+        rows.push((format!("mutex N={n}"), ours_fig, zkc_fig, cur_fig));
+    }
+    // 5. The semaphore mutex and the read/write lock (10 % writes), N = 8, against Curator.
+    for (kind, name) in [(Kind::Semaphore, "semaphore"), (Kind::RwLock, "rwlock")] {
+        let n = 8.min(most);
+        let path = format!("/bench/peers/{name}");
+        let ours_fig = contend_ours(kind, &ours[..n], &format!("{path}-ours"), run_for);
+        let cur_fig = curator
+            .as_mut()
+            .map(|cur| cur.run(name, &format!("{path}-cur"), n, run_for))
+            .unwrap_or_default();
+        rows.push((format!("{name} N={n}"), ours_fig, Figures::default(), cur_fig));
+    }
+    if let Some(mut c) = curator {
+        c.quit();
+    }
+    report(&rows);
+}
+
+fn median(v: &[Figures]) -> Figures {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn report(rows: &[(String, Figures, Figures, Figures)]) {
+    println!(
+        "\n{:<22}{:>11}{:>11}{:>11}{:>9}{:>9}{:>11}{:>11}{:>11}{:>9}{:>9}{:>8}{:>8}{:>8}",
+        "",
+        "ours/s",
+        "zkc/s",
+        "cur/s",
+        "÷zkc",
+        "÷cur",
+        "ours p50",
+        "zkc p50",
+        "cur p50",
+        "÷zkc",
+        "÷cur",
+        "cpu us",
+        "zkc",
+        "cur"
+    );
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    for (name, o, z, c) in rows {
+        json(
+            "peers",
+            &[
+                ("config", s(name)),
+                ("ours_per_second", f(o.per_second)),
+                ("zkc_per_second", f(z.per_second)),
+                ("curator_per_second", f(c.per_second)),
+                ("ours_p50_us", f(o.p50_us)),
+                ("zkc_p50_us", f(z.p50_us)),
+                ("curator_p50_us", f(c.p50_us)),
+                ("ours_p99_us", f(o.p99_us)),
+                ("zkc_p99_us", f(z.p99_us)),
+                ("curator_p99_us", f(c.p99_us)),
+                ("ours_cpu_us_per_acq", f(o.cpu_us_per_acq)),
+                ("zkc_cpu_us_per_acq", f(z.cpu_us_per_acq)),
+                ("curator_cpu_us_per_acq", f(c.cpu_us_per_acq)),
+            ],
+        );
+        println!(
+            "{name:<22}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>8.0}{:>8.0}{:>8.0}",
+            o.per_second,
+            z.per_second,
+            c.per_second,
+            ratio(o.per_second, z.per_second),
+            ratio(o.per_second, c.per_second),
+            o.p50_us,
+            z.p50_us,
+            c.p50_us,
+            ratio(o.p50_us, z.p50_us),
+            ratio(o.p50_us, c.p50_us),
+            o.cpu_us_per_acq,
+            z.cpu_us_per_acq,
+            c.cpu_us_per_acq,
+        );
+    }
+    println!("(p50: acquire latency when uncontended, handoff latency when contended)");
+}
+
+/// Rounds of our contended loop until one adds less than 20 ms of JIT compile time on the
+/// server (at most 30 rounds).
+fn warm_server(server: &TestingServer, clients: &[Client], quick: bool) -> String {
+    let Some(pid) = server.pid() else {
+        return "no pid".into();
+    };
+    let compile_secs = || -> Option<f64> {
+        let out = Command::new("jstat")
+            .args(["-compiler", &pid.to_string()])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().nth(1)?;
+        line.split_whitespace().nth(3)?.parse().ok()
+    };
+    let started = Instant::now();
+    let mut last = compile_secs();
+    for round in 1..=30 {
+        let _ = contend(
+            Kind::Mutex,
+            clients,
+            "/bench/peers/server-warm",
+            Duration::ZERO,
+            Duration::from_millis(if quick { 200 } else { 500 }),
+        );
+        let now = compile_secs();
+        let added = match (last, now) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0.0,
+        };
+        last = now;
+        if added < 0.02 || (quick && round >= 2) {
+            return format!(
+                "{round} rounds, {:.1} s, last round added {:.0} ms of JIT",
+                started.elapsed().as_secs_f64(),
+                added * 1000.0
+            );
+        }
+    }
+    "30 rounds (JIT still busy)".into()
+}
+
+fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
+    let mutex = InterProcessMutex::new(client, path).expect("lock");
+    let mut t = Vec::with_capacity(rounds);
+    let cpu = process_cpu();
+    for _ in 0..rounds {
+        let s = Instant::now();
+        let g = mutex.acquire().expect("acquire");
+        t.push(s.elapsed());
+        drop(g);
+    }
+    let cpu = process_cpu() - cpu;
+    Figures {
+        per_second: 0.0,
+        p50_us: pct(&mut t, 0.5),
+        p99_us: pct(&mut t, 0.99),
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
+    }
+}
+
+fn contend_ours(kind: Kind, clients: &[Client], path: &str, run_for: Duration) -> Figures {
+    let cpu = process_cpu();
+    let r = contend(kind, clients, path, Duration::ZERO, run_for);
+    let cpu = process_cpu() - cpu;
+    Figures {
+        per_second: r.per_second,
+        p50_us: r.handoff_p50_us,
+        p99_us: r.handoff_p99_us,
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / r.acquisitions.max(1) as f64,
+    }
+}
+
+/// What a `zookeeper-client` contender's thread is asked to do.
+enum Task {
+    /// Timed acquire, awaited delete, `rounds` times; the acquire latencies come back.
+    Uncontended {
+        dir: String,
+        rounds: usize,
+        done: std::sync::mpsc::Sender<Vec<Duration>>,
+    },
+    /// The contended loop until `stop`.
+    Contend {
+        dir: String,
+        shared: Arc<Shared>,
+        done: std::sync::mpsc::Sender<()>,
+    },
+}
+
+/// State of one contended run, shared by its contenders.
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    count: AtomicU64,
+    released_at: Mutex<Option<Instant>>,
+    handoffs: Mutex<Vec<Duration>>,
+}
+
+/// `zookeeper-client` contenders: each its own session on a current-thread runtime that its
+/// own thread drives all the time (so the client's pings go out between runs too).
+struct ZkcContenders {
+    connect: String,
+    tasks: Vec<tokio::sync::mpsc::UnboundedSender<Task>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl ZkcContenders {
+    fn connect(connect: &str, n: usize) -> ZkcContenders {
+        let mut tasks = Vec::new();
+        let mut threads = Vec::new();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        for _ in 0..n {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
+            let (connect, ready) = (connect.to_owned(), ready_tx.clone());
+            threads.push(thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let c = zookeeper_client::Client::connect(&connect)
+                        .await
+                        .expect("zookeeper-client connect");
+                    let _ = ready.send(());
+                    while let Some(task) = rx.recv().await {
+                        match task {
+                            Task::Uncontended { dir, rounds, done } => {
+                                let mut t = Vec::with_capacity(rounds);
+                                for _ in 0..rounds {
+                                    t.push(zkc_round(&c, &dir, None).await);
+                                }
+                                let _ = done.send(t);
+                            }
+                            Task::Contend { dir, shared, done } => {
+                                while !shared.stop.load(Ordering::Relaxed) {
+                                    zkc_round(&c, &dir, Some(&shared)).await;
+                                }
+                                let _ = done.send(());
+                            }
+                        }
+                    }
+                });
+            }));
+            tasks.push(tx);
+        }
+        for _ in 0..n {
+            ready_rx.recv().expect("a zookeeper-client contender died");
+        }
+        ZkcContenders {
+            connect: connect.to_owned(),
+            tasks,
+            threads,
+        }
+    }
+
+    fn ensure(&self, dir: &str) {
+        // Made by one of our clients (the lock recipe needs its parent).
+        let c = Client::connect(&self.connect).expect("connect");
+        c.ensure_path(dir).expect("path");
+    }
+
+    fn uncontended(&self, dir: &str, rounds: usize) -> Figures {
+        self.ensure(dir);
+        let (done, results) = std::sync::mpsc::channel();
+        let cpu = process_cpu();
+        let _ = self.tasks[0].send(Task::Uncontended {
+            dir: dir.to_owned(),
+            rounds,
+            done,
+        });
+        let mut t = results.recv().expect("uncontended run");
+        let cpu = process_cpu() - cpu;
+        Figures {
+            per_second: 0.0,
+            p50_us: pct(&mut t, 0.5),
+            p99_us: pct(&mut t, 0.99),
+            cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
+        }
+    }
+
+    /// The same contended loop as ours: handoff from release to the next acquire's return.
+    fn contend(&self, n: usize, dir: &str, run_for: Duration) -> Figures {
+        self.ensure(dir);
+        let shared = Arc::new(Shared::default());
+        let (done, finished) = std::sync::mpsc::channel();
+        let cpu = process_cpu();
+        let began = Instant::now();
+        for tx in &self.tasks[..n] {
+            let _ = tx.send(Task::Contend {
+                dir: dir.to_owned(),
+                shared: shared.clone(),
+                done: done.clone(),
+            });
+        }
+        thread::sleep(run_for);
+        shared.stop.store(true, Ordering::Relaxed);
+        let counted = shared.count.load(Ordering::Relaxed);
+        let secs = began.elapsed().as_secs_f64();
+        for _ in 0..n {
+            finished.recv().expect("a contender finished");
+        }
+        let cpu = process_cpu() - cpu;
+        let mut h = shared.handoffs.lock().unwrap().clone();
+        Figures {
+            per_second: counted as f64 / secs,
+            p50_us: pct(&mut h, 0.5),
+            p99_us: pct(&mut h, 0.99),
+            cpu_us_per_acq: cpu.as_secs_f64() * 1e6
+                / shared.count.load(Ordering::Relaxed).max(1) as f64,
+        }
+    }
+}
+
+impl Drop for ZkcContenders {
+    fn drop(&mut self) {
+        self.tasks.clear(); // closes every task channel: the threads end
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One acquisition with `zookeeper-client`: acquire (timed), note the handoff if contended,
+/// release by the awaited delete of the lock node (its guard would only delete in the
+/// background on drop).
+async fn zkc_round(c: &zookeeper_client::Client, dir: &str, shared: Option<&Shared>) -> Duration {
+    let s = Instant::now();
+    let prefix = zookeeper_client::LockPrefix::new_curator(dir, "lock-").expect("prefix");
+    let lock = c
+        .lock(prefix, b"", zookeeper_client::Acls::anyone_all())
+        .await
+        .expect("zookeeper-client lock");
+    let took = s.elapsed();
+    if let Some(sh) = shared {
+        let now = Instant::now();
+        if let Some(r) = sh.released_at.lock().unwrap().take() {
+            sh.handoffs.lock().unwrap().push(now - r);
+        }
+        sh.count.fetch_add(1, Ordering::Relaxed);
+        *sh.released_at.lock().unwrap() = Some(Instant::now());
+    }
+    let node = lock.lock_path().to_owned();
+    std::mem::forget(lock);
+    c.delete(&node, None).await.expect("delete");
+    took
+}
+
+/// The Curator driver: one JVM for the whole run, commands on its standard input.
+struct Curator {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    _dir: std::path::PathBuf,
+}
+
+impl Curator {
+    fn start(connect: &str, clients: usize) -> Result<Curator, String> {
+        for tool in ["java", "javac"] {
+            if Command::new(tool).arg("-version").output().is_err() {
+                return Err(format!(
+                    "no `{tool}` (apt-get install default-jdk-headless)"
+                ));
+            }
+        }
+        for jar in CURATOR_JARS.split(':') {
+            if !Path::new(jar).exists() {
+                return Err(format!(
+                    "{jar} missing (apt-get install libcurator-recipes-java libslf4j-java)"
+                ));
+            }
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("curator-bench");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/CuratorBench.java");
+        let compiled = Command::new("javac")
+            .args(["-cp", CURATOR_JARS, "-d"])
+            .arg(&dir)
+            .arg(source)
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !compiled.success() {
+            return Err("javac failed".into());
+        }
+        let cp = format!("{}:{CURATOR_JARS}", dir.display());
+        let mut child = Command::new("java")
+            .args(["-Xmx1g", "-cp", &cp, "CuratorBench", connect])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut c = Curator {
+            child,
+            stdin,
+            stdout,
+            _dir: dir,
+        };
+        c.ask(&format!("clients {clients}"));
+        Ok(c)
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("to the Curator driver");
+        self.stdin.flush().expect("to the Curator driver");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("from the Curator driver");
+        line.trim().to_owned()
+    }
+
+    fn numbers(&mut self, command: &str) -> Vec<f64> {
+        let answer = self.ask(command);
+        let Some(rest) = answer.strip_prefix("RESULT ") else {
+            panic!("the Curator driver answered {answer:?} to {command:?}");
+        };
+        rest.split(' ').filter_map(|x| x.parse().ok()).collect()
+    }
+
+    /// `uncontended PATH ROUNDS`.
+    fn result(&mut self, command: &str) -> Figures {
+        let v = self.numbers(command);
+        Figures {
+            per_second: 0.0,
+            p50_us: v[1],
+            p99_us: v[2],
+            cpu_us_per_acq: v[3] / 1000.0,
+        }
+    }
+
+    fn run(&mut self, kind: &str, path: &str, n: usize, run_for: Duration) -> Figures {
+        let v = self.numbers(&format!("run {kind} {path} {n} {}", run_for.as_millis()));
+        Figures {
+            per_second: v[1],
+            p50_us: v[2],
+            p99_us: v[3],
+            cpu_us_per_acq: v[4] / 1000.0,
+        }
+    }
+
+    fn quit(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
