@@ -79,7 +79,11 @@ fn main() {
     for i in 0..3 {
         let _ = uncontended_ours(&ours[0], &format!("/bench/peers/ours-warm-{i}"), 300);
         let _ = zkc.uncontended(&format!("/bench/peers/zkc-warm-{i}"), 300);
-        let _ = zkc.contend(8.min(most), &format!("/bench/peers/zkc-warm-c{i}"), run_for / 3);
+        let _ = zkc.contend(
+            8.min(most),
+            &format!("/bench/peers/zkc-warm-c{i}"),
+            run_for / 3,
+        );
     }
 
     let mut rows = Vec::new();
@@ -93,13 +97,16 @@ fn main() {
             rounds,
         ));
         if let Some(cur) = curator.as_mut() {
-            c.push(cur.result(&format!(
-                "uncontended /bench/peers/u-cur-{block} {rounds}"
-            )));
+            c.push(cur.result(&format!("uncontended /bench/peers/u-cur-{block} {rounds}")));
         }
         z.push(zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds));
     }
-    rows.push(("uncontended acquire".to_string(), median(&o), median(&z), median(&c)));
+    rows.push((
+        "uncontended acquire".to_string(),
+        median(&o),
+        median(&z),
+        median(&c),
+    ));
 
     // 4. Contended mutex, hold 0, at every N (and once at 256).
     for &n in ns.iter().chain(big.iter()) {
@@ -121,7 +128,12 @@ fn main() {
             .as_mut()
             .map(|cur| cur.run(name, &format!("{path}-cur"), n, run_for))
             .unwrap_or_default();
-        rows.push((format!("{name} N={n}"), ours_fig, Figures::default(), cur_fig));
+        rows.push((
+            format!("{name} N={n}"),
+            ours_fig,
+            Figures::default(),
+            cur_fig,
+        ));
     }
     if let Some(mut c) = curator {
         c.quit();
@@ -500,7 +512,9 @@ impl Curator {
         writeln!(self.stdin, "{command}").expect("to the Curator driver");
         self.stdin.flush().expect("to the Curator driver");
         let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("from the Curator driver");
+        self.stdout
+            .read_line(&mut line)
+            .expect("from the Curator driver");
         line.trim().to_owned()
     }
 

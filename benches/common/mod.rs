@@ -8,9 +8,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zk_recipes::lock::{HerdLock, InterProcessMutex, LockOptions};
-use zk_recipes::{InterProcessReadWriteLock, InterProcessSemaphoreMutex};
 use zk_recipes::testing::{ServerOptions, TestingServer};
 use zk_recipes::Client;
+use zk_recipes::{InterProcessReadWriteLock, InterProcessSemaphoreMutex};
 
 /// Command-line flags every bench takes: `--quick` (CI smoke run), `--fsync`.
 pub struct Args {

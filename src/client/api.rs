@@ -926,7 +926,7 @@ impl Client {
         self.core.track_hold(path, token);
         // Never waits for a connection: without one, the event thread sets it on reconnect.
         let now = self.with_deadline(Instant::now());
-        if !now.watch_hold_again(path, token.session) {
+        if !now.watch_hold_again(path) {
             self.core.job(Job::Chore(Chore::WatchHold {
                 path: path.to_owned(),
                 session: token.session,
@@ -934,9 +934,9 @@ impl Client {
         }
     }
 
-    /// (Re)sets the watch on a held node without waiting for the answer, which the event
-    /// thread checks. False if it could not be sent.
-    pub(crate) fn watch_hold_again(&self, path: &str, session: SessionId) -> bool {
+    /// (Re)sets the watch on a held node without waiting for the answer (the reader thread
+    /// marks the hold lost if the node is already gone). False if it could not be sent.
+    pub(crate) fn watch_hold_again(&self, path: &str) -> bool {
         let full = self.full(path);
         let req = Req::GetData {
             path: full.as_str().into(),
@@ -946,21 +946,11 @@ impl Client {
                 self.core.hold_watch_tx(),
             )),
         };
-        let Some(ticket) = self
-            .send(vec![req.outgoing()])
-            .ok()
-            .and_then(|mut t| t.pop())
-        else {
-            return false;
+        let out = Outgoing {
+            hold: true,
+            ..req.outgoing()
         };
-        self.core.job(Job::Chore(Chore::Await {
-            answer: ticket.answer,
-            then: Then::HoldWatched {
-                path: path.to_owned(),
-            },
-            session,
-        }));
-        true
+        self.send(vec![out]).is_ok()
     }
 
     /// Stops watching a held node (it is being released).

@@ -47,6 +47,8 @@ pub(crate) struct Outgoing {
     pub anchors: bool,
     /// The session layer's own lease heartbeat.
     pub heartbeat: bool,
+    /// The watch on a held node: a `NoNode` answer means the hold is over.
+    pub hold: bool,
 }
 
 /// A request on the wire, waiting for its answer.
@@ -57,6 +59,7 @@ pub(crate) struct Pending {
     pub watch: Option<WatchReg>,
     pub anchors: bool,
     pub heartbeat: bool,
+    pub hold: bool,
 }
 
 /// A sent request: where its answer will arrive, and the connection it went out on.
@@ -169,6 +172,7 @@ impl Outbox {
             watch,
             anchors,
             heartbeat,
+            hold,
         } in frames
         {
             let xid = w.next_xid;
@@ -184,6 +188,7 @@ impl Outbox {
                 watch,
                 anchors,
                 heartbeat,
+                hold,
             });
             tickets.push(rx);
         }

@@ -44,8 +44,6 @@ pub(crate) enum Then {
     Created { parent: String, marker: String },
     /// The delete of `path`: if it did not happen, it is tried again.
     Deleted { path: String },
-    /// The watch on a held node: if the node is already gone, the hold is over.
-    HoldWatched { path: String },
 }
 
 impl Chore {

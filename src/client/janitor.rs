@@ -97,8 +97,8 @@ fn on_hold_event(core: &Arc<Core>, event: WatchEvent) {
         WatchKind::Deleted => core.hold_gone(&event.path),
         _ if core.is_tracked_hold(&event.path) => {
             if let Some(session) = core.session_id() {
-                let sent = Client::background(core.clone(), Instant::now())
-                    .watch_hold_again(&event.path, session);
+                let sent =
+                    Client::background(core.clone(), Instant::now()).watch_hold_again(&event.path);
                 if !sent {
                     core.job(Job::Chore(Chore::WatchHold {
                         path: event.path,
@@ -135,12 +135,6 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
         // Deleted, or already gone (NoNode): nothing left to do.
         (Then::Deleted { .. }, Ok(r)) if r.header.err == 0 || r.header.err == -101 => return None,
         (Then::Deleted { path }, _) => Chore::Delete { path, session },
-        // The held node was gone before its watch was set: the hold is over.
-        (Then::HoldWatched { path }, Ok(r)) if r.header.err == -101 => {
-            core.hold_gone(&path);
-            return None;
-        }
-        (Then::HoldWatched { .. }, _) => return None,
     };
     Some(chore)
 }
@@ -191,7 +185,7 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
             })
         }
         Chore::WatchHold { path, session } => {
-            if client.core().is_tracked_hold(&path) && !client.watch_hold_again(&path, session) {
+            if client.core().is_tracked_hold(&path) && !client.watch_hold_again(&path) {
                 return Some(Chore::WatchHold { path, session });
             }
             None

@@ -215,6 +215,7 @@ impl<'a> Req<'a> {
             watch: self.watch_reg(),
             anchors: self.anchors(),
             heartbeat: false,
+            hold: false,
         }
     }
 

@@ -730,7 +730,18 @@ impl Core {
                         kind: n.kind,
                         path: strip(&self.config.prefix, &n.path),
                     };
-                    self.job(Job::Deliver(to, event));
+                    // An unbounded channel never blocks: it gets the event from here, one
+                    // thread hop sooner (a lock's waiter wakes at once). A bounded one may be
+                    // full, so the event thread does the (possibly blocking) send; each channel
+                    // always goes one way, so its events stay in order.
+                    let (direct, queued): (Vec<_>, Vec<_>) =
+                        to.into_iter().partition(|tx| tx.capacity().is_none());
+                    for tx in direct {
+                        let _ = tx.send(event.clone());
+                    }
+                    if !queued.is_empty() {
+                        self.job(Job::Deliver(queued, event));
+                    }
                 }
             }
             // A ping keeps the connection alive. It does not extend the lease bound: a
@@ -756,6 +767,9 @@ impl Core {
                 if let Some(w) = pending.watch.as_ref() {
                     if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
                         self.watches.lock().add(w.clone());
+                    } else if header.err == NO_NODE && pending.hold {
+                        // A held node that was gone before its watch was set.
+                        self.hold_gone(&strip(&self.config.prefix, &w.path));
                     }
                 }
                 if pending.heartbeat {
@@ -831,6 +845,7 @@ impl Core {
                 watch: None,
                 anchors: false,
                 heartbeat: false,
+                hold: false,
             };
             if let Ok(mut t) = self.outbox.send(vec![close], until) {
                 if let Some(t) = t.pop() {

@@ -307,7 +307,6 @@ impl LockCore {
             .options
             .lease_margin
             .unwrap_or_else(|| (self.client.session_timeout() / 10).max(Duration::from_millis(50)));
-        self.client.watch_hold(&node.path, &token);
         Lease::new(self.client.clone(), node.path, token, margin)
     }
 
@@ -643,7 +642,7 @@ impl LockCore {
     /// (the loss may simply not have been heard of yet).
     pub fn release(&self, lease: &Lease) -> Result<()> {
         self.counters.released(lease.held_for());
-        let held = lease.is_held() && lease.check().is_ok();
+        let held = lease.check_quietly().is_ok();
         self.client.unwatch_hold(&lease.node);
         self.forget(&lease.node, lease.session_id(), None);
         if held {
@@ -659,7 +658,7 @@ impl LockCore {
     /// True if `lease` is still a hold something can build on: its session live, its lease
     /// valid, and its node still there and ours on the server (someone may have deleted it).
     pub fn still_holds(&self, lease: &Lease, deadline: Option<Instant>) -> Result<bool> {
-        if !lease.is_held() || lease.check().is_err() {
+        if lease.check_quietly().is_err() {
             return Ok(false);
         }
         Ok(self

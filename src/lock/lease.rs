@@ -2,6 +2,7 @@
 //! still held, until when it is certainly valid, and its fencing token.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,8 @@ pub struct Lease {
     pub(crate) margin: Duration,
     pub(crate) acquired_at: Instant,
     fencing: OnceLock<i64>,
+    /// The node watch is set (see `watch_node`).
+    watching: AtomicBool,
 }
 
 impl fmt::Debug for Lease {
@@ -75,6 +78,39 @@ impl Lease {
             margin,
             acquired_at: Instant::now(),
             fencing: OnceLock::new(),
+            watching: AtomicBool::new(false),
+        }
+    }
+
+    /// From the first look at the hold on, a watch on its node turns a deletion by anyone
+    /// (an operator, a revocation tool) into the loss of the hold. Set lazily: a hold nobody
+    /// looks at costs no request for it, and the watch is set without waiting for its answer.
+    fn watch_node(&self) {
+        if !self.watching.swap(true, Ordering::Relaxed) {
+            self.client.watch_hold(&self.node, &self.token);
+        }
+    }
+
+    /// [`is_held`](Self::is_held) without setting the node watch (release and re-entry use
+    /// it; they read the node themselves or are about to delete it).
+    pub(crate) fn held_quietly(&self) -> bool {
+        !self.token.is_lost() && self.client.session_id() == Some(self.token.session)
+    }
+
+    /// [`check`](Self::check) without setting the node watch.
+    pub(crate) fn check_quietly(&self) -> Result<()> {
+        let until = if self.held_quietly() {
+            self.client
+                .session_valid_until()
+                .and_then(|v| v.checked_sub(self.margin))
+        } else {
+            None
+        };
+        match until {
+            Some(until) if Instant::now() < until => Ok(()),
+            _ => Err(Error::SessionLost {
+                session_id: self.token.session,
+            }),
         }
     }
 
@@ -88,16 +124,18 @@ impl Lease {
         self.token.session
     }
 
-    /// False once the session is lost (or, with `lost_on_suspend`, suspended): from then on
-    /// another process may hold the lock. This follows delivered events; for a check that does
-    /// not depend on them see [`check`](Self::check).
+    /// False once the session is lost (or, with `lost_on_suspend`, suspended), or the node was
+    /// deleted by someone else: from then on another process may hold the lock. This follows
+    /// delivered events; for a check that does not depend on them see [`check`](Self::check).
     pub fn is_held(&self) -> bool {
-        !self.token.is_lost() && self.client.session_id() == Some(self.token.session)
+        self.watch_node();
+        self.held_quietly()
     }
 
     /// A channel that closes when the hold is lost (a receive then returns at once with an
     /// error), for `select!` next to the work's own channels.
     pub fn lost(&self) -> Receiver<()> {
+        self.watch_node();
         self.token.signal()
     }
 
@@ -105,7 +143,8 @@ impl Lease {
     /// expired the session, less a safety margin for clock drift and scheduling. `None` when
     /// the session is gone.
     pub fn valid_until(&self) -> Option<Instant> {
-        if self.client.session_id() != Some(self.token.session) || self.token.is_lost() {
+        self.watch_node();
+        if !self.held_quietly() {
             return None;
         }
         self.client
@@ -117,12 +156,8 @@ impl Lease {
     /// lost. Needs no event to have been delivered: a silent connection stops
     /// `valid_until` from advancing, so this errs even before the client notices anything.
     pub fn check(&self) -> Result<()> {
-        match self.valid_until() {
-            Some(until) if Instant::now() < until => Ok(()),
-            _ => Err(Error::SessionLost {
-                session_id: self.token.session,
-            }),
-        }
+        self.watch_node();
+        self.check_quietly()
     }
 
     /// Runs `work` if the hold is valid, and returns its result only if the hold is still
