@@ -143,7 +143,7 @@ enum Lock {
     Mutex(Box<InterProcessMutex>),
     Herd(HerdLock),
     Semaphore(InterProcessSemaphoreMutex),
-    RwLock(Box<InterProcessReadWriteLock>, AtomicU64),
+    ReadWrite(Box<InterProcessReadWriteLock>, AtomicU64),
 }
 
 impl Lock {
@@ -164,7 +164,7 @@ impl Lock {
             Kind::Semaphore => {
                 Lock::Semaphore(InterProcessSemaphoreMutex::new(client, path).expect("lock"))
             }
-            Kind::RwLock => Lock::RwLock(
+            Kind::RwLock => Lock::ReadWrite(
                 Box::new(InterProcessReadWriteLock::new(client, path).expect("lock")),
                 AtomicU64::new(0),
             ),
@@ -188,7 +188,7 @@ impl Lock {
                 work();
                 drop(g);
             }
-            Lock::RwLock(rw, round) => {
+            Lock::ReadWrite(rw, round) => {
                 let side = if round.fetch_add(1, Ordering::Relaxed) % 10 == 9 {
                     rw.write_lock()
                 } else {
