@@ -109,6 +109,7 @@ fn main() {
     ));
 
     // 4. Contended mutex, hold 0, at every N (and once at 256).
+    let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {
         let path = format!("/bench/peers/m{n}");
         let ours_fig = contend_ours(Kind::Mutex, &ours[..n], &format!("{path}-ours"), run_for);
@@ -117,6 +118,13 @@ fn main() {
             .map(|cur| cur.run("mutex", &format!("{path}-cur"), n, run_for))
             .unwrap_or_default();
         let zkc_fig = zkc.contend(n, &format!("{path}-zkc"), run_for);
+        // The naive herd lock, for the plot: what predecessor-only watches save.
+        let herd = if n <= 64 {
+            contend_ours(Kind::Herd, &ours[..n], &format!("{path}-herd"), run_for)
+        } else {
+            Figures::default()
+        };
+        curve.push((n, ours_fig, zkc_fig, cur_fig, herd));
         rows.push((format!("mutex N={n}"), ours_fig, zkc_fig, cur_fig));
     }
     // 5. The semaphore mutex and the read/write lock (10 % writes), N = 8, against Curator.
@@ -139,6 +147,53 @@ fn main() {
         c.quit();
     }
     report(&rows);
+    if !args.quick {
+        if let Err(e) = plot(&curve) {
+            println!("no plot: {e}");
+        }
+    }
+}
+
+/// `benches/peers.png`: throughput and handoff latency against contenders, for ours, both
+/// peers and the herd lock.
+fn plot(
+    curve: &[(usize, Figures, Figures, Figures, Figures)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::style::{BLUE, GREEN, MAGENTA, RED};
+    let pick = |f: fn(&(usize, Figures, Figures, Figures, Figures)) -> Figures,
+                y: fn(&Figures) -> f64| {
+        curve
+            .iter()
+            .filter(|c| c.0 <= 64)
+            .map(|c| (c.0 as f64, y(&f(c))))
+            .filter(|p| p.1 > 0.0)
+            .collect::<Vec<_>>()
+    };
+    let lines = |y: fn(&Figures) -> f64| -> Vec<Line> {
+        vec![
+            ("zk-recipes".into(), BLUE, pick(|c| c.1, y)),
+            ("zookeeper-client".into(), GREEN, pick(|c| c.2, y)),
+            ("Curator".into(), MAGENTA, pick(|c| c.3, y)),
+            ("herd lock".into(), RED, pick(|c| c.4, y)),
+        ]
+    };
+    plot_panels(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers.png"),
+        &[
+            (
+                "acquisitions per second (hold 0)",
+                "contenders (N)",
+                "acq/s",
+                lines(|f| f.per_second),
+            ),
+            (
+                "handoff latency p50 (hold 0)",
+                "contenders (N)",
+                "µs",
+                lines(|f| f.p50_us),
+            ),
+        ],
+    )
 }
 
 fn median(v: &[Figures]) -> Figures {

@@ -313,3 +313,67 @@ pub fn cpu_of(pid: &str) -> Duration {
     // USER_HZ is 100 on Linux.
     Duration::from_millis(ticks * 10)
 }
+
+/// One line of a chart: its name, colour and points.
+pub type Line = (String, plotters::style::RGBColor, Vec<(f64, f64)>);
+
+/// Draws side-by-side line charts into a PNG: each panel is (title, x label, y label, lines).
+pub fn plot_panels(
+    out: &str,
+    panels: &[(&str, &str, &str, Vec<Line>)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+        .map_err(|e| format!("{e} (apt-get install fonts-dejavu-core)"))?;
+    // Registering twice in one process is refused; the first one stays, which is fine.
+    let _ = plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    );
+    let width = 550 * panels.len() as u32;
+    let root = BitMapBackend::new(out, (width, 450)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((1, panels.len()));
+    for (area, (title, xlabel, ylabel, lines)) in areas.iter().zip(panels) {
+        let xmax = lines
+            .iter()
+            .flat_map(|l| l.2.iter().map(|p| p.0))
+            .fold(1.0, f64::max)
+            * 1.05;
+        let ymax = lines
+            .iter()
+            .flat_map(|l| l.2.iter().map(|p| p.1))
+            .fold(0.0, f64::max)
+            * 1.1
+            + 0.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(*title, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc(*xlabel)
+            .y_desc(*ylabel)
+            .draw()?;
+        for (name, color, points) in lines {
+            let color = *color;
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
