@@ -98,75 +98,39 @@ type Row = (Kind, usize, u64, Contended);
 
 /// Handoff latency and notifications per release against N, herd vs predecessor (hold 0).
 fn plot(rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
-        .map_err(|e| format!("{e} (apt-get install fonts-dejavu-core)"))?;
-    plotters::style::register_font(
-        "sans-serif",
-        FontStyle::Normal,
-        Box::leak(font.into_boxed_slice()),
-    )
-    .map_err(|_| "cannot load the font")?;
-    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/herd.png");
-    let root = BitMapBackend::new(out, (1100, 450)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (left, right) = root.split_horizontally(550);
-    let series = |kind: Kind, pick: fn(&Contended) -> f64| -> Vec<(f64, f64)> {
-        rows.iter()
-            .filter(|r| r.0 == kind && r.2 == 0)
-            .map(|r| (r.1 as f64, pick(&r.3)))
-            .collect()
-    };
-    for (area, title, pick, ylabel) in [
-        (
-            &left,
-            "handoff latency p50 (hold 0)",
-            (|c: &Contended| c.handoff_p50_us / 1000.0) as fn(&Contended) -> f64,
-            "ms",
-        ),
-        (
-            &right,
-            "watch notifications per release",
-            (|c: &Contended| c.notifications_per_release) as fn(&Contended) -> f64,
-            "notifications",
-        ),
-    ] {
-        let ymax = rows.iter().map(|r| pick(&r.3)).fold(0.0, f64::max) * 1.1 + 0.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(35)
-            .y_label_area_size(55)
-            .build_cartesian_2d(0f64..66f64, 0f64..ymax)?;
-        chart
-            .configure_mesh()
-            .x_desc("contenders (N)")
-            .y_desc(ylabel)
-            .draw()?;
-        for (kind, color) in [
+    use plotters::style::{BLUE, GREEN, RED};
+    let lines = |pick: fn(&Contended) -> f64| -> Vec<Line> {
+        [
             (Kind::Herd, RED),
             (Kind::Mutex, BLUE),
             (Kind::MutexNoFastHandoff, GREEN),
-        ] {
-            let points = series(kind, pick);
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-                .label(kind.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-            chart.draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )?;
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
+        ]
+        .into_iter()
+        .map(|(kind, color)| {
+            let points = rows
+                .iter()
+                .filter(|r| r.0 == kind && r.2 == 0)
+                .map(|r| (r.1 as f64, pick(&r.3)))
+                .collect();
+            (kind.name().to_string(), color, points)
+        })
+        .collect()
+    };
+    plot_panels(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/herd.png"),
+        &[
+            (
+                "handoff latency p50 (hold 0)",
+                "contenders (N)",
+                "ms",
+                lines(|c| c.handoff_p50_us / 1000.0),
+            ),
+            (
+                "watch notifications per release",
+                "contenders (N)",
+                "notifications",
+                lines(|c| c.notifications_per_release),
+            ),
+        ],
+    )
 }
