@@ -647,6 +647,7 @@ impl Core {
         let anchor_every = conn.timeout / 3;
         let mut last_recv = Instant::now();
         let mut beats = Beats::default();
+        let mut socket_timeout = Duration::ZERO;
         let why = loop {
             let now = Instant::now();
             let dead_at = last_recv + read_timeout;
@@ -661,8 +662,13 @@ impl Core {
             let wait = wake
                 .saturating_duration_since(now)
                 .max(Duration::from_millis(1));
-            if let Err(e) = conn.stream.set_read_timeout(Some(wait)) {
-                break format!("socket: {e}");
+            // One system call less per answer: the socket keeps its timeout unless the next
+            // deadline is nearer, or more than twice as far (then it would wake for nothing).
+            if wait < socket_timeout || wait > socket_timeout * 2 {
+                if let Err(e) = conn.stream.set_read_timeout(Some(wait)) {
+                    break format!("socket: {e}");
+                }
+                socket_timeout = wait;
             }
             match conn.reader.read_frame(&mut conn.stream) {
                 Ok(frame) => {
