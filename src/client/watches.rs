@@ -68,25 +68,30 @@ impl Registry {
     /// Removes `tx` from every watch at `path`; returns the kinds left with no watcher, which
     /// the server may be told to drop.
     pub fn remove(&mut self, path: &str, tx: &Sender<WatchEvent>) -> Vec<WatchType> {
+        use WatchType::*;
         let mut emptied = Vec::new();
-        self.map.retain(|(p, kind), list| {
-            if p != path {
-                return true;
-            }
+        // By key, kind by kind: a release must not scan every watch of the client.
+        for kind in [Data, Exist, Child, Persistent, PersistentRecursive] {
+            let key = (path.to_owned(), kind);
+            let Some(list) = self.map.get_mut(&key) else {
+                continue;
+            };
             let before = list.len();
             list.retain(|t| !t.same_channel(tx));
             if list.is_empty() && before > 0 {
-                emptied.push(*kind);
-                return false;
+                emptied.push(kind);
+                self.map.remove(&key);
             }
-            true
-        });
+        }
         emptied
     }
 
     /// True if any watcher waits at `path`.
     pub fn has_path(&self, path: &str) -> bool {
-        self.map.keys().any(|(p, _)| p == path)
+        use WatchType::*;
+        [Data, Exist, Child, Persistent, PersistentRecursive]
+            .into_iter()
+            .any(|kind| self.map.contains_key(&(path.to_owned(), kind)))
     }
 
     /// Cancels `reg`: not registered if its answer comes later, removed if it came already.
