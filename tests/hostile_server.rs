@@ -150,3 +150,95 @@ fn a_read_only_server_is_refused_unless_allowed() {
         .unwrap();
     assert!(allowed.exists("/x").unwrap().is_some());
 }
+
+/// A server without containers (before 3.5.3) answers the container create `Unimplemented`:
+/// the lock makes its path persistent instead and works on. The fake plays such a server just
+/// far enough for one acquisition.
+#[test]
+fn without_container_support_a_lock_path_is_made_persistent() {
+    init_logs();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let log = log.clone();
+            thread::spawn(move || {
+                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+                    return;
+                }
+                let mut made: Vec<String> = Vec::new();
+                let mut created: Vec<String> = Vec::new();
+                while let Some(req) = read_frame(&mut s) {
+                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                    let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+                    let path = || {
+                        let len = i32::from_be_bytes([req[8], req[9], req[10], req[11]]) as usize;
+                        String::from_utf8_lossy(&req[12..12 + len]).into_owned()
+                    };
+                    let (err, record): (i32, Vec<u8>) = match op {
+                        -2 | 11 => (0, vec![]), // ping
+                        19 => {
+                            log.lock().unwrap().push(format!("container {}", path()));
+                            (-6, vec![]) // Unimplemented
+                        }
+                        15 => {
+                            let p = path();
+                            let parent = p.rsplit_once('/').map_or("", |x| x.0).to_owned();
+                            if !parent.is_empty() && !made.contains(&parent) {
+                                (-101, vec![]) // NoNode: the lock path is missing
+                            } else {
+                                let name = if p.ends_with('-') {
+                                    format!("{p}0000000001")
+                                } else {
+                                    made.push(p.clone());
+                                    log.lock().unwrap().push(format!("persistent {p}"));
+                                    p
+                                };
+                                created.push(name.clone());
+                                let mut r = (name.len() as i32).to_be_bytes().to_vec();
+                                r.extend_from_slice(name.as_bytes());
+                                r.extend_from_slice(&[0; 68]);
+                                (0, r)
+                            }
+                        }
+                        12 => {
+                            // The children of the lock path: our node.
+                            let kids: Vec<&str> = created
+                                .iter()
+                                .filter_map(|c| c.strip_prefix("/lock/"))
+                                .collect();
+                            let mut r = (kids.len() as i32).to_be_bytes().to_vec();
+                            for k in kids {
+                                r.extend_from_slice(&(k.len() as i32).to_be_bytes());
+                                r.extend_from_slice(k.as_bytes());
+                            }
+                            r.extend_from_slice(&[0; 68]);
+                            (0, r)
+                        }
+                        _ => (0, vec![0; 68]), // exists, delete, sync, ...: fine
+                    };
+                    let mut b = Vec::new();
+                    b.extend_from_slice(&xid.to_be_bytes());
+                    b.extend_from_slice(&1i64.to_be_bytes());
+                    b.extend_from_slice(&err.to_be_bytes());
+                    b.extend_from_slice(&record);
+                    if s.write_all(&frame(&b)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    let mutex = zk_recipes::InterProcessMutex::new(&client, "/lock").unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("not acquired");
+    assert!(guard.node_path().starts_with("/lock/_c_"));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, ["container /lock", "persistent /lock"], "{seen:?}");
+}
