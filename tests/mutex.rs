@@ -428,3 +428,17 @@ fn a_waiter_that_times_out_two_hundred_times_leaves_no_watcher_behind() {
         waiter.metrics().watch_events - before
     );
 }
+
+#[test]
+fn an_uncontended_semaphore_lease_sends_each_create_with_its_listing() {
+    let c = client();
+    let path = root("semaphore-requests");
+    let sem = InterProcessSemaphoreV2::new(&c, &path, 2).unwrap();
+    drop(sem.acquire().unwrap()); // its paths exist from here on
+    let before = c.metrics().requests;
+    let lease = sem.acquire().unwrap();
+    // The internal lock's create and listing, the lease's create and (watched) listing, and
+    // the internal lock's delete: two round trips to the lease, one to let the lock go.
+    assert_eq!(c.metrics().requests - before, 5);
+    drop(lease);
+}

@@ -818,7 +818,8 @@ impl Client {
     /// the locks, and lists `parent` right behind it without waiting in between: the server
     /// answers a session's requests in order, so the listing includes the new node, and an
     /// uncontended lock is had in one round trip. Returns the node's path, the session it was
-    /// made under, and the listing if it came (`None` if only the listing failed).
+    /// made under, and the listing if it came (`None` if only the listing failed). With
+    /// `line_watch`, the listing also leaves a children watch reporting there.
     ///
     /// Never retried: `ConnectionLoss` when the create's answer is lost. At this handle's
     /// deadline a create still on the wire is handed to the janitor, which removes whatever it
@@ -830,6 +831,7 @@ impl Client {
         data: &[u8],
         marker: &str,
         acl: &[Acl],
+        line_watch: Option<&Sender<WatchEvent>>,
     ) -> Result<(String, SessionId, Option<Vec<String>>)> {
         let path = paths::join(parent, prefix);
         paths::validate(&path, true)?;
@@ -843,7 +845,7 @@ impl Client {
         };
         let list = Req::GetChildren {
             path: full_parent.as_str().into(),
-            watch: None,
+            watch: line_watch.map(|tx| WatchReg::new(&full_parent, WatchType::Child, tx)),
         };
         let mut tickets = self.send(vec![create.outgoing(), list.outgoing()])?;
         let (Some(listed), Some(ticket)) = (tickets.pop(), tickets.pop()) else {

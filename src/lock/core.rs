@@ -159,6 +159,8 @@ pub(crate) struct OwnNode {
     /// The line as listed right behind our create, in the same round trip (`None` after an
     /// adoption, or if that listing failed).
     pub line: Option<Vec<Contender>>,
+    /// That listing left a watch on the line.
+    pub line_watched: bool,
 }
 
 /// Why a wait ended without an error.
@@ -236,15 +238,25 @@ impl LockCore {
         let started = Instant::now();
         // Subscribed before anything is created, so no state change can slip past the wait.
         let states = self.client.subscribe();
-        let (node, token) = match self.enter(lock_name, deadline) {
+        // The wake channel exists before any watch is set: a watch that fires at once finds
+        // it, so the wake-up cannot be missed (the seed article's race). A rule that waits on
+        // the whole line gets its watch with the listing that goes out with our create.
+        let wake = unbounded();
+        let line_watch = (wait && rule.watches_line()).then_some(&wake.0);
+        let (node, token) = match self.enter_watching(lock_name, deadline, line_watch) {
             Ok(v) => v,
-            Err(Error::Timeout { .. }) => {
-                self.counters.timed_out();
-                return Ok(None);
+            Err(e) => {
+                if line_watch.is_some() {
+                    self.client.forget_watch(&self.path, &wake.0);
+                }
+                if matches!(e, Error::Timeout { .. }) {
+                    self.counters.timed_out();
+                    return Ok(None);
+                }
+                return Err(e);
             }
-            Err(e) => return Err(e),
         };
-        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token, cancel) {
+        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token, cancel, wake) {
             Ok(true) => {
                 self.counters.acquired(started.elapsed());
                 debug!("{} acquired by {}", self.path, node.name);
@@ -288,8 +300,19 @@ impl LockCore {
         lock_name: &str,
         deadline: Option<Instant>,
     ) -> Result<(OwnNode, Arc<SessionToken>)> {
+        self.enter_watching(lock_name, deadline, None)
+    }
+
+    /// [`enter`](Self::enter), the listing that comes with the create watched into
+    /// `line_watch`.
+    fn enter_watching(
+        &self,
+        lock_name: &str,
+        deadline: Option<Instant>,
+        line_watch: Option<&Sender<WatchEvent>>,
+    ) -> Result<(OwnNode, Arc<SessionToken>)> {
         loop {
-            let node = self.create_node(lock_name, deadline)?;
+            let node = self.create_node(lock_name, deadline, line_watch)?;
             match self
                 .client
                 .session_token(node.session, self.options.lost_on_suspend)
@@ -320,7 +343,12 @@ impl LockCore {
     /// once connected again we look for the node by its id and adopt it, and only if it is not
     /// there create again. If the session changed meanwhile, whatever the create made belongs
     /// to no live holder of ours: it is deleted and we start over under the new session.
-    pub fn create_node(&self, lock_name: &str, deadline: Option<Instant>) -> Result<OwnNode> {
+    pub fn create_node(
+        &self,
+        lock_name: &str,
+        deadline: Option<Instant>,
+        line_watch: Option<&Sender<WatchEvent>>,
+    ) -> Result<OwnNode> {
         let policy = self.client.retry_policy();
         let started = Instant::now();
         let mut retries = 0u32;
@@ -339,6 +367,7 @@ impl LockCore {
                 self.options.holder_id_text().as_bytes(),
                 marker.as_str(),
                 &self.options.acl_for(&self.client),
+                line_watch,
             );
             match created {
                 Ok((path, s, line)) if s == session => {
@@ -348,6 +377,7 @@ impl LockCore {
                         name,
                         session,
                         line: line.map(sort_contenders),
+                        line_watched: line_watch.is_some(),
                     });
                 }
                 Ok((path, other, _)) => {
@@ -440,6 +470,7 @@ impl LockCore {
                 name: first.name,
                 session,
                 line: None,
+                line_watched: false,
             })
         } else {
             None
@@ -512,18 +543,18 @@ impl LockCore {
         states: &Subscription,
         token: &SessionToken,
         cancel: &Receiver<()>,
+        (wake_tx, wake_rx): (Sender<WatchEvent>, Receiver<WatchEvent>),
     ) -> Result<bool> {
-        // The wake channel exists before any watch is set: a watch that fires at once finds
-        // it, so the wake-up cannot be missed (the seed article's race).
-        let (wake_tx, wake_rx) = unbounded();
         let mut watches = WatchGuard::new(&self.client, &wake_tx);
         let watch_line = wait && rule.watches_line();
-        // The listing that came with our create saves the first round trip, unless the rule
-        // needs the line watched.
-        let mut first = node
-            .line
-            .clone()
-            .filter(|line| !watch_line && line.iter().any(|c| c.name == node.name));
+        if node.line_watched {
+            watches.watching(&self.path);
+        }
+        // The listing that came with our create saves the first round trip (if the rule needs
+        // the line watched, that listing must have set the watch).
+        let mut first = node.line.clone().filter(|line| {
+            (!watch_line || node.line_watched) && line.iter().any(|c| c.name == node.name)
+        });
         loop {
             let listed = if let Some(line) = first.take() {
                 Ok(line)
