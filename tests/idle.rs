@@ -53,14 +53,19 @@ fn idle_library_threads_do_not_wake_up() {
     let _lease = sem.acquire().unwrap();
     let waiting_sem = InterProcessSemaphoreMutex::new(&other, &format!("{path}-sem")).unwrap();
     let waiter = std::thread::spawn(move || waiting_sem.try_acquire_for(Duration::from_secs(4)));
-    // Let everything settle into its wait.
+    // Everything is in its wait once the second latch and the second lease are in line.
     wait_for(SOON, || {
         (second.participants().ok()?.len() == 2).then_some(())
     })
     .expect("the second latch never joined");
-    let _ = crossbeam_channel::after(Duration::from_millis(300)).recv();
+    let leases = format!("{path}-sem/leases");
+    wait_for(SOON, || {
+        (other.children(&leases).ok()?.len() == 2).then_some(())
+    })
+    .expect("the second lease never queued");
 
     let before = wakeups();
+    // The measurement window (not a synchronisation): wake-ups are counted over it.
     let _ = crossbeam_channel::after(Duration::from_secs(2)).recv();
     let after = wakeups();
     let mut busy = Vec::new();
