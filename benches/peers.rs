@@ -38,6 +38,10 @@ struct Figures {
     p50_us: f64,
     p99_us: f64,
     cpu_us_per_acq: f64,
+    /// How many acquisitions the figures are of.
+    acquisitions: f64,
+    /// The server's CPU per acquisition while this client ran (the same server for all).
+    server_us_per_acq: f64,
     /// Ours only: watch notifications per release.
     notifications: f64,
 }
@@ -96,15 +100,17 @@ fn main() {
     let rounds = if args.quick { 300 } else { 2000 };
     let (mut o, mut z, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for block in 0..3 {
-        o.push(uncontended_ours(
-            &ours[0],
-            &format!("/bench/peers/u-ours-{block}"),
-            rounds,
-        ));
+        o.push(on_server(&server, || {
+            uncontended_ours(&ours[0], &format!("/bench/peers/u-ours-{block}"), rounds)
+        }));
         if let Some(cur) = curator.as_mut() {
-            c.push(cur.result(&format!("uncontended /bench/peers/u-cur-{block} {rounds}")));
+            c.push(on_server(&server, || {
+                cur.result(&format!("uncontended /bench/peers/u-cur-{block} {rounds}"))
+            }));
         }
-        z.push(zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds));
+        z.push(on_server(&server, || {
+            zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds)
+        }));
     }
     rows.push((
         "uncontended acquire".to_string(),
@@ -117,12 +123,18 @@ fn main() {
     let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {
         let path = format!("/bench/peers/m{n}");
-        let ours_fig = contend_ours(Kind::Mutex, &ours[..n], &format!("{path}-ours"), run_for);
+        let ours_fig = on_server(&server, || {
+            contend_ours(Kind::Mutex, &ours[..n], &format!("{path}-ours"), run_for)
+        });
         let cur_fig = curator
             .as_mut()
-            .map(|cur| cur.run("mutex", &format!("{path}-cur"), n, run_for))
+            .map(|cur| {
+                on_server(&server, || {
+                    cur.run("mutex", &format!("{path}-cur"), n, run_for)
+                })
+            })
             .unwrap_or_default();
-        let zkc_fig = zkc.contend(n, &format!("{path}-zkc"), run_for);
+        let zkc_fig = on_server(&server, || zkc.contend(n, &format!("{path}-zkc"), run_for));
         // The naive herd lock, for the plot: what predecessor-only watches save.
         let herd = if n <= 64 {
             contend_ours(Kind::Herd, &ours[..n], &format!("{path}-herd"), run_for)
@@ -136,10 +148,16 @@ fn main() {
     for (kind, name) in [(Kind::Semaphore, "semaphore"), (Kind::RwLock, "rwlock")] {
         let n = 8.min(most);
         let path = format!("/bench/peers/{name}");
-        let ours_fig = contend_ours(kind, &ours[..n], &format!("{path}-ours"), run_for);
+        let ours_fig = on_server(&server, || {
+            contend_ours(kind, &ours[..n], &format!("{path}-ours"), run_for)
+        });
         let cur_fig = curator
             .as_mut()
-            .map(|cur| cur.run(name, &format!("{path}-cur"), n, run_for))
+            .map(|cur| {
+                on_server(&server, || {
+                    cur.run(name, &format!("{path}-cur"), n, run_for)
+                })
+            })
             .unwrap_or_default();
         rows.push((
             format!("{name} N={n}"),
@@ -201,6 +219,16 @@ fn plot(
     )
 }
 
+/// Runs one measurement and adds the server's CPU per acquisition during it.
+fn on_server(server: &TestingServer, run: impl FnOnce() -> Figures) -> Figures {
+    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let before = cpu_of(&pid);
+    let mut figures = run();
+    let used = cpu_of(&pid).saturating_sub(before);
+    figures.server_us_per_acq = used.as_secs_f64() * 1e6 / figures.acquisitions.max(1.0);
+    figures
+}
+
 fn median(v: &[Figures]) -> Figures {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
@@ -209,7 +237,7 @@ fn median(v: &[Figures]) -> Figures {
 
 fn report(rows: &[(String, Figures, Figures, Figures)]) {
     println!(
-        "\n{:<22}{:>11}{:>11}{:>11}{:>9}{:>9}{:>11}{:>11}{:>11}{:>9}{:>9}{:>8}{:>8}{:>8}",
+        "\n{:<22}{:>11}{:>11}{:>11}{:>9}{:>9}{:>11}{:>11}{:>11}{:>9}{:>9}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}",
         "",
         "ours/s",
         "zkc/s",
@@ -222,6 +250,9 @@ fn report(rows: &[(String, Figures, Figures, Figures)]) {
         "÷zkc",
         "÷cur",
         "cpu us",
+        "zkc",
+        "cur",
+        "srv us",
         "zkc",
         "cur"
     );
@@ -244,10 +275,13 @@ fn report(rows: &[(String, Figures, Figures, Figures)]) {
                 ("ours_notifications_per_release", f(o.notifications)),
                 ("zkc_cpu_us_per_acq", f(z.cpu_us_per_acq)),
                 ("curator_cpu_us_per_acq", f(c.cpu_us_per_acq)),
+                ("ours_server_us_per_acq", f(o.server_us_per_acq)),
+                ("zkc_server_us_per_acq", f(z.server_us_per_acq)),
+                ("curator_server_us_per_acq", f(c.server_us_per_acq)),
             ],
         );
         println!(
-            "{name:<22}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>8.0}{:>8.0}{:>8.0}",
+            "{name:<22}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>8.0}{:>8.0}{:>8.0}{:>8.0}{:>8.0}{:>8.0}",
             o.per_second,
             z.per_second,
             c.per_second,
@@ -261,6 +295,9 @@ fn report(rows: &[(String, Figures, Figures, Figures)]) {
             o.cpu_us_per_acq,
             z.cpu_us_per_acq,
             c.cpu_us_per_acq,
+            o.server_us_per_acq,
+            z.server_us_per_acq,
+            c.server_us_per_acq,
         );
     }
     println!("(p50: acquire latency when uncontended, handoff latency when contended)");
@@ -332,6 +369,7 @@ fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
         p50_us: pct(&mut t, 0.5),
         p99_us: pct(&mut t, 0.99),
         cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
+        acquisitions: rounds as f64,
         ..Default::default()
     }
 }
@@ -345,7 +383,9 @@ fn contend_ours(kind: Kind, clients: &[Client], path: &str, run_for: Duration) -
         p50_us: r.handoff_p50_us,
         p99_us: r.handoff_p99_us,
         cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / r.acquisitions.max(1) as f64,
+        acquisitions: r.acquisitions as f64,
         notifications: r.notifications_per_release,
+        ..Default::default()
     }
 }
 
@@ -453,6 +493,7 @@ impl ZkcContenders {
             p50_us: pct(&mut t, 0.5),
             p99_us: pct(&mut t, 0.99),
             cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
+            acquisitions: rounds as f64,
             ..Default::default()
         }
     }
@@ -486,6 +527,7 @@ impl ZkcContenders {
             p99_us: pct(&mut h, 0.99),
             cpu_us_per_acq: cpu.as_secs_f64() * 1e6
                 / shared.count.load(Ordering::Relaxed).max(1) as f64,
+            acquisitions: shared.count.load(Ordering::Relaxed) as f64,
             ..Default::default()
         }
     }
@@ -607,6 +649,7 @@ impl Curator {
             p50_us: v[1],
             p99_us: v[2],
             cpu_us_per_acq: v[3] / 1000.0,
+            acquisitions: v[0],
             ..Default::default()
         }
     }
@@ -618,6 +661,7 @@ impl Curator {
             p50_us: v[2],
             p99_us: v[3],
             cpu_us_per_acq: v[4] / 1000.0,
+            acquisitions: v[0],
             ..Default::default()
         }
     }

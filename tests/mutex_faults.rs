@@ -259,6 +259,36 @@ fn a_release_that_cannot_delete_now_is_finished_by_the_janitor_while_the_session
 }
 
 #[test]
+fn a_create_answered_after_the_deadline_is_removed_by_the_janitor() {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(20));
+    let path = "/late-create";
+    observer.ensure_path(path).unwrap();
+    let session = client.session_id();
+    let mutex = InterProcessMutex::new(&client, path).unwrap();
+    // The create reaches the server, but its answer comes only after the caller gave up.
+    f.proxy.hold_replies();
+    let got = mutex.try_acquire_for(Duration::from_millis(300)).unwrap();
+    assert!(got.is_none(), "held without an answer?");
+    wait_for(SOON, || {
+        (children(&observer, path).len() == 1).then_some(())
+    })
+    .expect("the create never reached the server");
+    f.proxy.heal();
+    wait_for(SOON, || children(&observer, path).is_empty().then_some(()))
+        .expect("the node of the late-answered create was never removed");
+    // Same session throughout: the janitor deleted it when the answer came.
+    assert_eq!(client.session_id(), session);
+    drop(
+        mutex
+            .try_acquire_for(SOON)
+            .unwrap()
+            .expect("the lock is usable"),
+    );
+}
+
+#[test]
 fn with_lost_on_suspend_a_broken_connection_ends_the_hold_at_once() {
     let f = faulty();
     let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));

@@ -233,23 +233,17 @@ impl Client {
     /// Waits for a ticket's answer until this handle's deadline. A watch the request would
     /// have set is cancelled if the caller stops waiting.
     fn wait(&self, ticket: Ticket, path: &str, watch: Option<&WatchReg>) -> Result<Reply> {
-        let answer = match self.deadline {
-            Some(d) => match ticket.answer.recv_deadline(d) {
-                Ok(a) => a,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    if let Some(w) = watch {
-                        self.core.cancel_watch(w);
-                    }
-                    return Err(Error::timeout(
-                        format!("ZooKeeper's answer at {path}"),
-                        d.saturating_duration_since(ticket.sent),
-                    ));
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
-            },
-            None => ticket.answer.recv().unwrap_or(Err(())),
+        let Ok(answer) = ticket.answer.wait(self.deadline) else {
+            if let Some(w) = watch {
+                self.core.cancel_watch(w);
+            }
+            return Err(Error::timeout(
+                format!("ZooKeeper's answer at {path}"),
+                self.deadline
+                    .map_or(Duration::ZERO, |d| d.saturating_duration_since(ticket.sent)),
+            ));
         };
-        let reply = answer.map_err(|()| Error::ConnectionLoss)?;
+        let reply = answer.ok_or(Error::ConnectionLoss)?;
         match reply.header.err {
             0 => Ok(reply),
             code => Err(Error::from_wire(code, path)),
@@ -853,16 +847,15 @@ impl Client {
         };
         let session = ticket.session;
         if let Some(d) = self.deadline {
-            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = wait_ready(&ticket.answer, d)
-            {
-                self.core.job(Job::Chore(Chore::Await {
-                    answer: ticket.answer,
-                    then: Then::Created {
+            if !ticket.answer.ready(d) {
+                self.core.finish_later(
+                    ticket.answer,
+                    Then::Created {
                         parent: parent.to_owned(),
                         marker: marker.to_owned(),
                     },
                     session,
-                }));
+                );
                 return Err(Error::timeout(
                     format!("the create of {path}"),
                     Duration::ZERO,
@@ -902,17 +895,17 @@ impl Client {
             Err(_) => return self.core.job(Job::Chore(chore)),
         };
         let answered = match self.deadline {
-            Some(d) => wait_ready(&ticket.answer, d).is_ok(),
+            Some(d) => ticket.answer.ready(d),
             None => true,
         };
         if !answered {
-            return self.core.job(Job::Chore(Chore::Await {
-                answer: ticket.answer,
-                then: Then::Deleted {
+            return self.core.finish_later(
+                ticket.answer,
+                Then::Deleted {
                     path: path.to_owned(),
                 },
                 session,
-            }));
+            );
         }
         match self.wait(ticket, path, None) {
             Ok(_) => {}
@@ -989,19 +982,6 @@ impl Client {
     #[doc(hidden)]
     pub fn testing_watch_count(&self) -> usize {
         self.core.watch_count()
-    }
-}
-
-/// Waits until `rx` has a message, without taking it.
-fn wait_ready<T>(
-    rx: &crossbeam_channel::Receiver<T>,
-    deadline: Instant,
-) -> std::result::Result<(), crossbeam_channel::RecvTimeoutError> {
-    let mut sel = crossbeam_channel::Select::new();
-    sel.recv(rx);
-    match sel.ready_deadline(deadline) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(crossbeam_channel::RecvTimeoutError::Timeout),
     }
 }
 

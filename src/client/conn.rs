@@ -10,10 +10,10 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use super::proto::{self, ReplyHeader, MAX_FRAME};
+use super::slot::{slot, Awaited, Promise};
 use super::watches::WatchReg;
 use crate::error::{Error, Result};
 use crate::session_id::SessionId;
@@ -33,9 +33,9 @@ impl Reply {
     }
 }
 
-/// What a waiting caller receives: the answer, or `Err(())` when the connection died first
+/// What a waiting caller receives: the answer, or `None` when the connection died first
 /// (the request may or may not have been applied).
-pub(crate) type Answer = std::result::Result<Reply, ()>;
+pub(crate) type Answer = Option<Reply>;
 
 /// A request to send: its frame (xid still 0), and what its answer means beyond the caller.
 pub(crate) struct Outgoing {
@@ -55,7 +55,8 @@ pub(crate) struct Outgoing {
 pub(crate) struct Pending {
     pub xid: i32,
     pub sent: Instant,
-    pub answer: Sender<Answer>,
+    /// Dropped unanswered when the connection dies: its caller then gets `None`.
+    pub answer: Promise<Reply>,
     pub watch: Option<WatchReg>,
     pub anchors: bool,
     pub heartbeat: bool,
@@ -64,7 +65,7 @@ pub(crate) struct Pending {
 
 /// A sent request: where its answer will arrive, and the connection it went out on.
 pub(crate) struct Ticket {
-    pub answer: Receiver<Answer>,
+    pub answer: Awaited<Reply>,
     pub session: SessionId,
     pub sent: Instant,
 }
@@ -132,9 +133,8 @@ impl Outbox {
             }
             w.pending.drain(..).collect()
         };
-        for p in failed {
-            let _ = p.answer.send(Err(()));
-        }
+        // Dropped outside the lock: each unanswered caller wakes with `None`.
+        drop(failed);
     }
 
     /// Shuts the outbox for good: the connection is cut and every send fails with `why`.
@@ -180,7 +180,7 @@ impl Outbox {
             w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
             proto::set_xid(&mut frame, xid);
             out.extend_from_slice(&frame);
-            let (tx, rx) = bounded(1);
+            let (tx, rx) = slot();
             queued.push(Pending {
                 xid,
                 sent: Instant::now(),

@@ -2,7 +2,7 @@
 //! the janitor. Plain data, so that the session layer and the calls can hand work over without
 //! depending on the thread that does it.
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
 use super::conn::Answer;
 use super::types::WatchEvent;
@@ -15,6 +15,13 @@ pub(crate) enum Job {
     Chore(Chore),
     /// The session (re)connected: pending chores of it can go now.
     Connected(SessionId),
+    /// The answer to a request nobody waited for any more (`None`: its connection died):
+    /// finish its work.
+    Answered {
+        answer: Answer,
+        then: Then,
+        session: SessionId,
+    },
     Stop,
 }
 
@@ -30,12 +37,6 @@ pub(crate) enum Chore {
     },
     /// Set the watch on a held node once connected (it could not go out when the hold began).
     WatchHold { path: String, session: SessionId },
-    /// A request nobody waits for any more: once it is answered, finish its work.
-    Await {
-        answer: Receiver<Answer>,
-        then: Then,
-        session: SessionId,
-    },
 }
 
 /// What an awaited request was.
@@ -52,8 +53,7 @@ impl Chore {
         match self {
             Chore::Delete { session, .. }
             | Chore::DeleteMarked { session, .. }
-            | Chore::WatchHold { session, .. }
-            | Chore::Await { session, .. } => *session,
+            | Chore::WatchHold { session, .. } => *session,
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select};
+use crossbeam_channel::Select;
 use log::{debug, warn};
 
 use super::api::Client;
@@ -28,56 +28,35 @@ const REQUEST: Duration = Duration::from_secs(5);
 pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
     let Inbox { jobs, holds } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
-    let mut awaiting: Vec<(Receiver<Answer>, Then, SessionId)> = Vec::new();
     loop {
-        let (job, answered) = {
+        let job = {
             let mut sel = Select::new();
             sel.recv(&jobs);
             sel.recv(&holds);
-            for (rx, _, _) in &awaiting {
-                sel.recv(rx);
-            }
             let op = sel.select();
-            match op.index() {
-                0 => (Some(op.recv(&jobs)), None),
-                1 => {
-                    if let Ok(event) = op.recv(&holds) {
-                        on_hold_event(&core, event);
-                    }
-                    continue;
+            if op.index() == 1 {
+                if let Ok(event) = op.recv(&holds) {
+                    on_hold_event(&core, event);
                 }
-                i => {
-                    let answer = op.recv(&awaiting[i - 2].0).unwrap_or(Err(()));
-                    (None, Some((i - 2, answer)))
-                }
+                continue;
             }
+            op.recv(&jobs)
         };
-        match (job, answered) {
-            (Some(Ok(Job::Deliver(to, event))), _) => {
+        match job {
+            Ok(Job::Deliver(to, event)) => {
                 for tx in to {
                     let _ = tx.send(event.clone());
                 }
                 continue;
             }
-            (
-                Some(Ok(Job::Chore(Chore::Await {
-                    answer,
-                    then,
-                    session,
-                }))),
-                _,
-            ) => {
-                awaiting.push((answer, then, session));
-                continue;
-            }
-            (Some(Ok(Job::Chore(chore))), _) => todo.push(chore),
-            (Some(Ok(Job::Connected(session))), _) => todo.retain(|c| c.session() == session),
-            (Some(Ok(Job::Stop)) | Some(Err(_)), _) => return,
-            (None, Some((i, answer))) => {
-                let (_, then, session) = awaiting.swap_remove(i);
-                todo.extend(resolved(&core, answer, then, session));
-            }
-            (None, None) => {}
+            Ok(Job::Chore(chore)) => todo.push(chore),
+            Ok(Job::Connected(session)) => todo.retain(|c| c.session() == session),
+            Ok(Job::Answered {
+                answer,
+                then,
+                session,
+            }) => todo.extend(resolved(&core, answer, then, session)),
+            Ok(Job::Stop) | Err(_) => return,
         }
         if core.phase() == Phase::Connected {
             let current = core.session_id();
@@ -114,7 +93,7 @@ fn on_hold_event(core: &Arc<Core>, event: WatchEvent) {
 /// The chore an awaited answer leaves, if any.
 fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Option<Chore> {
     let chore = match (then, answer) {
-        (Then::Created { parent, marker }, Ok(reply)) if reply.header.err == 0 => {
+        (Then::Created { parent, marker }, Some(reply)) if reply.header.err == 0 => {
             match reply.record().str() {
                 Ok(full) => Chore::Delete {
                     path: strip(&core.config.prefix, &full),
@@ -133,7 +112,9 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
             session,
         },
         // Deleted, or already gone (NoNode): nothing left to do.
-        (Then::Deleted { .. }, Ok(r)) if r.header.err == 0 || r.header.err == -101 => return None,
+        (Then::Deleted { .. }, Some(r)) if r.header.err == 0 || r.header.err == -101 => {
+            return None
+        }
         (Then::Deleted { path }, _) => Chore::Delete { path, session },
     };
     Some(chore)
@@ -190,16 +171,6 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
             }
             None
         }
-        // Handled by the loop itself.
-        Chore::Await {
-            answer,
-            then,
-            session,
-        } => Some(Chore::Await {
-            answer,
-            then,
-            session,
-        }),
     }
 }
 

@@ -14,6 +14,7 @@ mod janitor;
 mod proto;
 mod request;
 pub(crate) mod session;
+mod slot;
 mod state;
 pub(crate) mod token;
 mod types;

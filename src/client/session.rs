@@ -22,11 +22,12 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
 use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox, Outgoing};
-use super::events::Job;
+use super::events::{Job, Then};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
 use super::request::Req;
+use super::slot::Awaited;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::types::WatchEvent;
@@ -251,6 +252,20 @@ impl Core {
     /// Sends work to the event thread.
     pub fn job(&self, job: Job) {
         let _ = self.jobs.send(job);
+    }
+
+    /// Hands the event thread a request nobody waits for any more: when it is answered (or
+    /// its connection dies), the janitor does `then` with the answer.
+    pub fn finish_later(&self, answer: Awaited<conn::Reply>, then: Then, session: SessionId) {
+        let jobs = self.jobs.clone();
+        // Runs on the reader thread: an unbounded send, which never blocks.
+        answer.forward(move |answer| {
+            let _ = jobs.send(Job::Answered {
+                answer,
+                then,
+                session,
+            });
+        });
     }
 
     /// Publishes a state change; called under the status lock, so whoever saw the new state
@@ -785,7 +800,7 @@ impl Core {
                 if pending.anchors && header.err != SESSION_EXPIRED {
                     self.answered(pending.sent);
                 }
-                let _ = pending.answer.send(Ok(conn::Reply { header, frame }));
+                pending.answer.fulfil(conn::Reply { header, frame });
             }
         }
         Ok(())
@@ -855,7 +870,7 @@ impl Core {
             };
             if let Ok(mut t) = self.outbox.send(vec![close], until) {
                 if let Some(t) = t.pop() {
-                    let _ = t.answer.recv_deadline(until);
+                    let _ = t.answer.wait(Some(until));
                 }
             }
         }
