@@ -400,6 +400,52 @@ fn metrics_count_acquisitions_waits_and_holds() {
     assert_eq!(m.losses, 0);
 }
 
+/// Without the fast handoff, a waiter lists again when the node ahead goes: the reader thread
+/// sends that listing before the waiter's thread wakes. With it, a sole blocker's deletion
+/// hands the lock over with no listing at all, and none is sent ahead.
+#[rstest]
+#[case::relisting(false, 5)]
+#[case::fast_handoff(true, 4)]
+fn the_listing_after_the_predecessor_goes_is_sent_before_the_waiter_wakes(
+    #[case] fast_handoff: bool,
+    #[case] requests: u64,
+) {
+    let path = root(&format!("mutex-prefetch-{fast_handoff}"));
+    let (holder, waiter) = (client(), client());
+    let first = InterProcessMutex::new(&holder, &path).unwrap();
+    let held = first.acquire().unwrap();
+    let (watching_tx, watching_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let options = LockOptions::new()
+        .fast_handoff(fast_handoff)
+        .testing_after_watch_set(move |_| {
+            // The waiter's thread stops here, before it waits, until told to go on.
+            watching_tx.send(()).unwrap();
+            go_rx.lock().unwrap().recv().unwrap();
+        });
+    let mutex = InterProcessMutex::with_options(&waiter, &path, options).unwrap();
+    let before = waiter.metrics().requests;
+    let t = thread::spawn(move || drop(mutex.acquire().unwrap()));
+    watching_rx.recv_timeout(SOON).unwrap();
+    // Create, listing, watch on the holder's node.
+    assert_eq!(waiter.metrics().requests - before, 3);
+    drop(held);
+    if !fast_handoff {
+        // The waiter's thread is still stopped, yet its listing goes out: the reader thread
+        // sent it the moment the deletion was notified.
+        wait_for(SOON, || {
+            (waiter.metrics().requests - before == 4).then_some(())
+        })
+        .expect("no listing went out while the waiter's thread was stopped");
+    }
+    go_tx.send(()).unwrap();
+    t.join().unwrap();
+    // No other request before the hold (the waiter took the listing sent for it), then the
+    // release.
+    assert_eq!(waiter.metrics().requests - before, requests);
+}
+
 #[test]
 fn a_waiter_that_times_out_two_hundred_times_leaves_no_watcher_behind() {
     let holder_client = client();

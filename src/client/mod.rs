@@ -20,6 +20,7 @@ pub(crate) mod token;
 mod types;
 mod watches;
 
+pub(crate) use self::api::Prefetch;
 pub use self::api::{Client, ClientMetrics, MAX_DATA_LEN};
 pub use self::builder::ClientBuilder;
 pub use self::state::{ConnectionState, StateEvent, Subscription};

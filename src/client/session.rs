@@ -755,8 +755,16 @@ impl Core {
                     // thread hop sooner (a lock's waiter wakes at once). A bounded one may be
                     // full, so the event thread does the (possibly blocking) send; each channel
                     // always goes one way, so its events stay in order.
-                    let (direct, queued): (Vec<_>, Vec<_>) =
-                        to.into_iter().partition(|tx| tx.capacity().is_none());
+                    // Work to do before waking anyone (a waiter's next read) goes out first.
+                    for w in &to {
+                        if let Some(first) = &w.on_fire {
+                            first();
+                        }
+                    }
+                    let (direct, queued): (Vec<_>, Vec<_>) = to
+                        .into_iter()
+                        .map(|w| w.tx)
+                        .partition(|tx| tx.capacity().is_none());
                     for tx in direct {
                         let _ = tx.send(event.clone());
                     }

@@ -27,12 +27,18 @@ pub(crate) enum WatchType {
     PersistentRecursive,
 }
 
+/// Work the reader thread does the moment a watch fires, before the event is delivered (a
+/// lock waiter's next read then goes out without waiting for the waiter's thread to wake).
+/// Must not block.
+pub(crate) type OnFire = Arc<dyn Fn() + Send + Sync>;
+
 /// A watcher to register when the server answers: `path` as the server names it.
 #[derive(Clone)]
 pub(crate) struct WatchReg {
     pub path: String,
     pub kind: WatchType,
     pub tx: Sender<WatchEvent>,
+    pub on_fire: Option<OnFire>,
     /// Set when the caller stopped waiting for the answer: the watch is then not registered.
     cancelled: Arc<AtomicBool>,
 }
@@ -43,25 +49,38 @@ impl WatchReg {
             path: path.to_owned(),
             kind,
             tx: tx.clone(),
+            on_fire: None,
             cancelled: Arc::new(AtomicBool::new(false)),
         }
     }
 }
 
+/// A registered watcher: where its events go, and what to do first when it fires.
+#[derive(Clone)]
+pub(crate) struct Watcher {
+    pub tx: Sender<WatchEvent>,
+    pub on_fire: Option<OnFire>,
+}
+
 #[derive(Default)]
 pub(crate) struct Registry {
-    map: HashMap<(String, WatchType), Vec<Sender<WatchEvent>>>,
+    map: HashMap<(String, WatchType), Vec<Watcher>>,
 }
 
 impl Registry {
-    /// Registers `reg`, unless it was cancelled or the same channel already waits there.
+    /// Registers `reg`, unless it was cancelled. A channel that already waits there is not
+    /// added twice; it takes the newer `on_fire`.
     pub fn add(&mut self, reg: WatchReg) {
         if reg.cancelled.load(Ordering::SeqCst) {
             return;
         }
         let list = self.map.entry((reg.path, reg.kind)).or_default();
-        if !list.iter().any(|t| t.same_channel(&reg.tx)) {
-            list.push(reg.tx);
+        match list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) {
+            Some(w) => w.on_fire = reg.on_fire,
+            None => list.push(Watcher {
+                tx: reg.tx,
+                on_fire: reg.on_fire,
+            }),
         }
     }
 
@@ -77,7 +96,7 @@ impl Registry {
                 continue;
             };
             let before = list.len();
-            list.retain(|t| !t.same_channel(tx));
+            list.retain(|w| !w.tx.same_channel(tx));
             if list.is_empty() && before > 0 {
                 emptied.push(kind);
                 self.map.remove(&key);
@@ -98,15 +117,15 @@ impl Registry {
     pub fn cancel(&mut self, reg: &WatchReg) {
         reg.cancelled.store(true, Ordering::SeqCst);
         if let Some(list) = self.map.get_mut(&(reg.path.clone(), reg.kind)) {
-            list.retain(|t| !t.same_channel(&reg.tx));
+            list.retain(|w| !w.tx.same_channel(&reg.tx));
             if list.is_empty() {
                 self.map.remove(&(reg.path.clone(), reg.kind));
             }
         }
     }
 
-    /// The channels a notification goes to. One-shot watchers it fires are removed.
-    pub fn fire(&mut self, n: &Notification) -> Vec<Sender<WatchEvent>> {
+    /// The watchers a notification goes to. One-shot watchers it fires are removed.
+    pub fn fire(&mut self, n: &Notification) -> Vec<Watcher> {
         use WatchType::*;
         let one_shot: &[WatchType] = match n.kind {
             WatchKind::Created | WatchKind::DataChanged => &[Data, Exist],
@@ -133,10 +152,10 @@ impl Registry {
             }
         }
         // One channel set for two kinds hears of the event once.
-        let mut unique: Vec<Sender<WatchEvent>> = Vec::with_capacity(out.len());
-        for tx in out {
-            if !unique.iter().any(|u| u.same_channel(&tx)) {
-                unique.push(tx);
+        let mut unique: Vec<Watcher> = Vec::with_capacity(out.len());
+        for w in out {
+            if !unique.iter().any(|u| u.tx.same_channel(&w.tx)) {
+                unique.push(w);
             }
         }
         unique
@@ -226,6 +245,28 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r.fire(&note(WatchKind::Deleted, "/a")).len(), 1);
         assert_eq!(r.fire(&note(WatchKind::Deleted, "/a")).len(), 0);
+    }
+
+    #[test]
+    fn a_channel_registered_again_takes_the_newer_work_to_do_on_fire() {
+        use std::sync::atomic::AtomicUsize;
+        let mut r = Registry::default();
+        let (tx, _rx) = unbounded();
+        let ran = Arc::new(AtomicUsize::new(0));
+        for add in [1, 10] {
+            let ran = ran.clone();
+            let mut reg = WatchReg::new("/a", WatchType::Data, &tx);
+            reg.on_fire = Some(Arc::new(move || {
+                ran.fetch_add(add, Ordering::SeqCst);
+            }));
+            r.add(reg);
+        }
+        let fired = r.fire(&note(WatchKind::Deleted, "/a"));
+        assert_eq!(fired.len(), 1);
+        for w in &fired {
+            (w.on_fire.as_ref().unwrap())();
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 10);
     }
 
     #[test]

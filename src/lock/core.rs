@@ -14,7 +14,7 @@ use super::metrics::Counters;
 use super::names::{sort_contenders, Contender, ProtectedId};
 use super::LockOptions;
 use crate::client::token::SessionToken;
-use crate::client::WatchKind;
+use crate::client::{Prefetch, WatchKind};
 use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
 
 /// What a rule says about our place in line.
@@ -518,6 +518,25 @@ impl LockCore {
         }
     }
 
+    /// Lists the contenders in order, taking the listing the reader thread sent when our
+    /// watch fired if there is one (it went out after the event, like a listing made now).
+    fn contenders_after(
+        &self,
+        prefetch: Option<Arc<Prefetch>>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Contender>> {
+        let sent = prefetch.and_then(|p| {
+            self.client_until(deadline)
+                .prefetched_children(&p, &self.path)
+        });
+        match sent {
+            Some(Ok(c)) => Ok(sort_contenders(c)),
+            Some(Err(e)) if e.is_no_node() => Ok(Vec::new()),
+            Some(Err(e)) => Err(e),
+            None => self.contenders(deadline),
+        }
+    }
+
     /// Lists the contenders in order, leaving a watch on the line that reports into `tx`.
     fn contenders_watched(
         &self,
@@ -555,13 +574,15 @@ impl LockCore {
         let mut first = node.line.clone().filter(|line| {
             (!watch_line || node.line_watched) && line.iter().any(|c| c.name == node.name)
         });
+        // The listing the reader thread sends when the watch we wait on fires.
+        let mut prefetch: Option<Arc<Prefetch>> = None;
         loop {
             let listed = if let Some(line) = first.take() {
                 Ok(line)
             } else if watch_line {
                 self.contenders_watched(deadline, &wake_tx)
             } else {
-                self.contenders(deadline)
+                self.contenders_after(prefetch.take(), deadline)
             };
             let contenders = match listed {
                 Ok(c) => c,
@@ -586,8 +607,20 @@ impl LockCore {
                     sole_blocker,
                 } => {
                     let watched = paths::join(&self.path, &contenders[index].name);
-                    match self.client_until(deadline).data_watch(&watched, &wake_tx) {
-                        Ok(_) => watches.watching(&watched),
+                    let client = self.client_until(deadline);
+                    let set = if sole_blocker && self.options.fast_handoff {
+                        // Its deletion hands us the lock without another listing.
+                        client.data_watch(&watched, &wake_tx).map(|_| None)
+                    } else {
+                        client
+                            .data_watch_then_list(&watched, &wake_tx, &self.path)
+                            .map(Some)
+                    };
+                    match set {
+                        Ok(sent_on_fire) => {
+                            prefetch = sent_on_fire;
+                            watches.watching(&watched);
+                        }
                         // Gone before the watch (which the server then did not set): look
                         // again.
                         Err(e) if e.is_no_node() => continue,
