@@ -119,25 +119,36 @@ fn main() {
         median(&c),
     ));
 
-    // 4. Contended mutex, hold 0, at every N (and once at 256).
+    // 4. Contended mutex, hold 0, at every N (and once at 256), in alternated blocks whose
+    // order rotates, so that no client always runs right after another one's load.
+    let blocks = if args.quick { 1 } else { 3 };
+    let block_for = run_for / blocks;
     let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {
         let path = format!("/bench/peers/m{n}");
-        let ours_fig = on_server(&server, || {
-            contend_ours(Kind::Mutex, &ours[..n], &format!("{path}-ours"), run_for)
-        });
-        let cur_fig = curator
-            .as_mut()
-            .map(|cur| {
-                on_server(&server, || {
-                    cur.run("mutex", &format!("{path}-cur"), n, run_for)
-                })
-            })
-            .unwrap_or_default();
-        let zkc_fig = on_server(&server, || zkc.contend(n, &format!("{path}-zkc"), run_for));
+        let (mut o, mut z, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        for block in 0..blocks {
+            for turn in 0..3 {
+                let dir = format!("{path}-{block}");
+                match (block + turn) % 3 {
+                    0 => o.push(on_server(&server, || {
+                        contend_ours(Kind::Mutex, &ours[..n], &format!("{dir}-ours"), block_for)
+                    })),
+                    1 => c.extend(curator.as_mut().map(|cur| {
+                        on_server(&server, || {
+                            cur.run("mutex", &format!("{dir}-cur"), n, block_for)
+                        })
+                    })),
+                    _ => z.push(on_server(&server, || {
+                        zkc.contend(n, &format!("{dir}-zkc"), block_for)
+                    })),
+                }
+            }
+        }
+        let (ours_fig, zkc_fig, cur_fig) = (combine(&o), combine(&z), combine(&c));
         // The naive herd lock, for the plot: what predecessor-only watches save.
         let herd = if n <= 64 {
-            contend_ours(Kind::Herd, &ours[..n], &format!("{path}-herd"), run_for)
+            contend_ours(Kind::Herd, &ours[..n], &format!("{path}-herd"), block_for)
         } else {
             Figures::default()
         };
@@ -148,22 +159,28 @@ fn main() {
     for (kind, name) in [(Kind::Semaphore, "semaphore"), (Kind::RwLock, "rwlock")] {
         let n = 8.min(most);
         let path = format!("/bench/peers/{name}");
-        let ours_fig = on_server(&server, || {
-            contend_ours(kind, &ours[..n], &format!("{path}-ours"), run_for)
-        });
-        let cur_fig = curator
-            .as_mut()
-            .map(|cur| {
-                on_server(&server, || {
-                    cur.run(name, &format!("{path}-cur"), n, run_for)
-                })
-            })
-            .unwrap_or_default();
+        let (mut o, mut c) = (Vec::new(), Vec::new());
+        for block in 0..blocks {
+            for turn in 0..2 {
+                let dir = format!("{path}-{block}");
+                if (block + turn) % 2 == 0 {
+                    o.push(on_server(&server, || {
+                        contend_ours(kind, &ours[..n], &format!("{dir}-ours"), block_for)
+                    }));
+                } else {
+                    c.extend(curator.as_mut().map(|cur| {
+                        on_server(&server, || {
+                            cur.run(name, &format!("{dir}-cur"), n, block_for)
+                        })
+                    }));
+                }
+            }
+        }
         rows.push((
             format!("{name} N={n}"),
-            ours_fig,
+            combine(&o),
             Figures::default(),
-            cur_fig,
+            combine(&c),
         ));
     }
     if let Some(mut c) = curator {
@@ -227,6 +244,37 @@ fn on_server(server: &TestingServer, run: impl FnOnce() -> Figures) -> Figures {
     let used = cpu_of(&pid).saturating_sub(before);
     figures.server_us_per_acq = used.as_secs_f64() * 1e6 / figures.acquisitions.max(1.0);
     figures
+}
+
+/// Alternated blocks of one contended configuration as one: throughput over the blocks' total
+/// time, CPU and notifications per acquisition over all of them, latencies the blocks' median.
+fn combine(blocks: &[Figures]) -> Figures {
+    let acquisitions: f64 = blocks.iter().map(|b| b.acquisitions).sum();
+    if acquisitions <= 0.0 {
+        return Figures::default();
+    }
+    let secs: f64 = blocks
+        .iter()
+        .filter(|b| b.per_second > 0.0)
+        .map(|b| b.acquisitions / b.per_second)
+        .sum();
+    let per_acq = |f: fn(&Figures) -> f64| {
+        blocks.iter().map(|b| f(b) * b.acquisitions).sum::<f64>() / acquisitions
+    };
+    let mid = |f: fn(&Figures) -> f64| {
+        let mut v: Vec<f64> = blocks.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Figures {
+        per_second: acquisitions / secs.max(f64::MIN_POSITIVE),
+        p50_us: mid(|b| b.p50_us),
+        p99_us: mid(|b| b.p99_us),
+        cpu_us_per_acq: per_acq(|b| b.cpu_us_per_acq),
+        acquisitions,
+        server_us_per_acq: per_acq(|b| b.server_us_per_acq),
+        notifications: per_acq(|b| b.notifications),
+    }
 }
 
 fn median(v: &[Figures]) -> Figures {
