@@ -8,9 +8,12 @@
 //!   server (`jstat -compiler`);
 //! - Curator is warmed until its own JIT has been quiet for a second (at least 2 s);
 //! - ours and both peers then run alternately, configuration by configuration, on the same
-//!   server in the same run, with the same loop;
+//!   server in the same run, with the same loop; a contended configuration runs in six 1 s
+//!   blocks per client, the three clients taking turns in an order that rotates from block to
+//!   block;
 //! - client CPU per acquisition is reported for each (Curator: its JVM's; ours and
-//!   `zookeeper-client`: this process's, while only that client runs).
+//!   `zookeeper-client`: this process's, while only that client runs), and the server's CPU
+//!   per acquisition while each ran.
 //!
 //! `cargo bench --bench peers [-- --quick]`. Skips Curator, saying why, if Java or Curator is
 //! missing.
@@ -57,7 +60,7 @@ fn main() {
     };
     let big = if args.quick { None } else { Some(256) };
     let most = big.unwrap_or(*ns.iter().max().unwrap_or(&8));
-    let run_for = Duration::from_millis(if args.quick { 500 } else { 3000 });
+    let run_for = Duration::from_millis(if args.quick { 500 } else { 6000 });
     let ours = clients(&connect, most);
     ours[0].ensure_path("/bench/peers").expect("path");
     let zkc = ZkcContenders::connect(&connect, most);
@@ -121,7 +124,7 @@ fn main() {
 
     // 4. Contended mutex, hold 0, at every N (and once at 256), in alternated blocks whose
     // order rotates, so that no client always runs right after another one's load.
-    let blocks = if args.quick { 1 } else { 3 };
+    let blocks = if args.quick { 1 } else { 6 };
     let block_for = run_for / blocks;
     let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {

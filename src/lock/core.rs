@@ -243,7 +243,7 @@ impl LockCore {
         // the whole line gets its watch with the listing that goes out with our create.
         let wake = unbounded();
         let line_watch = (wait && rule.watches_line()).then_some(&wake.0);
-        let (node, token) = match self.enter_watching(lock_name, deadline, line_watch) {
+        let (mut node, token) = match self.enter_watching(lock_name, deadline, line_watch) {
             Ok(v) => v,
             Err(e) => {
                 if line_watch.is_some() {
@@ -256,7 +256,9 @@ impl LockCore {
                 return Err(e);
             }
         };
-        match self.wait_for_turn(&node, rule, deadline, wait, &states, &token, cancel, wake) {
+        match self.wait_for_turn(
+            &mut node, rule, deadline, wait, &states, &token, cancel, wake,
+        ) {
             Ok(true) => {
                 self.counters.acquired(started.elapsed());
                 debug!("{} acquired by {}", self.path, node.name);
@@ -555,7 +557,7 @@ impl LockCore {
     #[allow(clippy::too_many_arguments)]
     fn wait_for_turn(
         &self,
-        node: &OwnNode,
+        node: &mut OwnNode,
         rule: &dyn Rule,
         deadline: Option<Instant>,
         wait: bool,
@@ -570,8 +572,8 @@ impl LockCore {
             watches.watching(&self.path);
         }
         // The listing that came with our create saves the first round trip (if the rule needs
-        // the line watched, that listing must have set the watch).
-        let mut first = node.line.clone().filter(|line| {
+        // the line watched, that listing must have set the watch). Used once: taken.
+        let mut first = node.line.take().filter(|line| {
             (!watch_line || node.line_watched) && line.iter().any(|c| c.name == node.name)
         });
         // The listing the reader thread sends when the watch we wait on fires.

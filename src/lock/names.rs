@@ -134,7 +134,9 @@ pub(crate) fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
             })
         })
         .collect();
-    v.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+    // Unstable is enough (names are unique, so the order is total) and needs no scratch
+    // buffer: this runs on every listing.
+    v.sort_unstable_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
     v
 }
 
