@@ -414,13 +414,18 @@ fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
         t.push(s.elapsed());
         drop(g);
     }
-    let cpu = process_cpu() - cpu;
+    uncontended_figures(&mut t, process_cpu() - cpu)
+}
+
+/// An uncontended block's figures: acquire latencies and the CPU the block used.
+fn uncontended_figures(latencies: &mut [Duration], cpu: Duration) -> Figures {
+    let rounds = latencies.len().max(1) as f64;
     Figures {
         per_second: 0.0,
-        p50_us: pct(&mut t, 0.5),
-        p99_us: pct(&mut t, 0.99),
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
-        acquisitions: rounds as f64,
+        p50_us: pct(latencies, 0.5),
+        p99_us: pct(latencies, 0.99),
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds,
+        acquisitions: latencies.len() as f64,
         ..Default::default()
     }
 }
@@ -538,15 +543,7 @@ impl ZkcContenders {
             done,
         });
         let mut t = results.recv().expect("uncontended run");
-        let cpu = process_cpu() - cpu;
-        Figures {
-            per_second: 0.0,
-            p50_us: pct(&mut t, 0.5),
-            p99_us: pct(&mut t, 0.99),
-            cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds as f64,
-            acquisitions: rounds as f64,
-            ..Default::default()
-        }
+        uncontended_figures(&mut t, process_cpu() - cpu)
     }
 
     /// The same contended loop as ours: handoff from release to the next acquire's return.
