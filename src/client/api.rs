@@ -248,11 +248,7 @@ impl Client {
                     .map_or(Duration::ZERO, |d| d.saturating_duration_since(ticket.sent)),
             ));
         };
-        let reply = answer.ok_or(Error::ConnectionLoss)?;
-        match reply.header.err {
-            0 => Ok(reply),
-            code => Err(Error::from_wire(code, path)),
-        }
+        checked(answer.ok_or(Error::ConnectionLoss)?, path)
     }
 
     /// One request, one answer, and the session it ran under.
@@ -914,6 +910,9 @@ impl Client {
             return Err(Error::ConnectionLoss);
         };
         let session = ticket.session;
+        // The server answers in order, so the listing's answer comes right after the create's:
+        // waiting for the listing first wakes this thread once for both.
+        let listing = listed.answer.wait(self.deadline);
         if let Some(d) = self.deadline {
             if !ticket.answer.ready(d) {
                 self.core.finish_later(
@@ -932,11 +931,13 @@ impl Client {
         }
         let reply = self.wait(ticket, &path, None)?;
         let (created, _) = request::created(&reply)?;
-        // Answered right behind the create; a listing that fails is simply not used.
-        let line = self
-            .wait(listed, parent, None)
-            .ok()
-            .and_then(|r| r.record().strs().ok());
+        // A listing that failed (or did not come by the deadline) is simply not used.
+        let line = match listing {
+            Ok(Some(reply)) => checked(reply, parent)
+                .ok()
+                .and_then(|r| r.record().strs().ok()),
+            _ => None,
+        };
         Ok((strip(&self.core.config.prefix, &created), session, line))
     }
 
@@ -1050,6 +1051,14 @@ impl Client {
     #[doc(hidden)]
     pub fn testing_watch_count(&self) -> usize {
         self.core.watch_count()
+    }
+}
+
+/// The reply, or the error its header reports.
+fn checked(reply: Reply, path: &str) -> Result<Reply> {
+    match reply.header.err {
+        0 => Ok(reply),
+        code => Err(Error::from_wire(code, path)),
     }
 }
 
