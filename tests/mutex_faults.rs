@@ -271,13 +271,15 @@ fn a_create_answered_after_the_deadline_is_removed_by_the_janitor() {
     f.proxy.hold_replies();
     let got = mutex.try_acquire_for(Duration::from_millis(300)).unwrap();
     assert!(got.is_none(), "held without an answer?");
-    wait_for(SOON, || {
-        (children(&observer, path).len() == 1).then_some(())
-    })
-    .expect("the create never reached the server");
+    assert!(
+        wait_children(&observer, path, SOON, |c| c.len() == 1),
+        "the create never reached the server"
+    );
     f.proxy.heal();
-    wait_for(SOON, || children(&observer, path).is_empty().then_some(()))
-        .expect("the node of the late-answered create was never removed");
+    assert!(
+        wait_children(&observer, path, SOON, <[String]>::is_empty),
+        "the node of the late-answered create was never removed"
+    );
     // Same session throughout: the janitor deleted it when the answer came.
     assert_eq!(client.session_id(), session);
     drop(

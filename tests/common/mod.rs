@@ -70,6 +70,28 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
+/// Waits on watch events, not a timer, until the children of `path` (which must exist) satisfy
+/// `done`; false at `timeout`.
+pub fn wait_children(
+    c: &Client,
+    path: &str,
+    timeout: Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> bool {
+    let until = Instant::now() + timeout;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    loop {
+        match c.children_watch(path, &tx) {
+            Ok(now) if done(&now) => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+        if rx.recv_deadline(until).is_err() {
+            return false;
+        }
+    }
+}
+
 /// The next state event, which must be `state`.
 pub fn next_state(sub: &Subscription, state: ConnectionState) -> StateEvent {
     let e = sub
