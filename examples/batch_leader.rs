@@ -46,11 +46,17 @@ fn main() -> AnyResult<()> {
             .and_then(|s| s.parse().ok())
             .unwrap_or(2000),
     );
+    // The servers' tickTime, for the lease bound (ZooKeeper's sample configuration: 2 s).
+    let mut tick = Duration::from_millis(
+        flag("--tick-ms")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2000),
+    );
     if args.iter().any(|a| a == "--worker") {
         let id = flag("--id").ok_or("--worker needs --id NAME")?;
         let file = PathBuf::from(flag("--file").ok_or("--worker needs --file PATH")?);
         let connect = connect.ok_or("--worker needs --connect HOSTS or ZK_CONNECT")?;
-        return worker(&connect, &id, &file, session);
+        return worker(&connect, &id, &file, session, tick);
     }
     let workers: usize = flag("--workers")
         .and_then(|s| s.parse().ok())
@@ -62,16 +68,24 @@ fn main() -> AnyResult<()> {
         None => {
             println!("starting ZooKeeper (Debian package) on a free loopback port");
             _server = TestingServer::start()?;
+            tick = _server.tick_time();
             _server.connect_string()
         }
     };
-    cluster(&connect, workers, session)
+    cluster(&connect, workers, session, tick)
 }
 
 /// One machine of the cluster: contends for leadership until its standard input closes.
-fn worker(connect: &str, id: &str, file: &Path, session: Duration) -> AnyResult<()> {
+fn worker(
+    connect: &str,
+    id: &str,
+    file: &Path,
+    session: Duration,
+    tick: Duration,
+) -> AnyResult<()> {
     let client = Client::builder(connect)
         .session_timeout(session)
+        .tick_time(tick)
         .connect()?;
     let me = id.to_owned();
     let file = file.to_owned();
@@ -131,7 +145,7 @@ struct Worker {
 }
 
 /// Runs `count` worker processes and shows a crash handover and a graceful one.
-fn cluster(connect: &str, count: usize, session: Duration) -> AnyResult<()> {
+fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> AnyResult<()> {
     let file = std::env::temp_dir().join(format!("batch-leader-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
@@ -143,6 +157,7 @@ fn cluster(connect: &str, count: usize, session: Duration) -> AnyResult<()> {
             .arg("--file")
             .arg(&file)
             .args(["--session-ms", &session.as_millis().to_string()])
+            .args(["--tick-ms", &tick.as_millis().to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;

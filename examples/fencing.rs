@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let zombie_client = Client::builder(&proxy.connect_string())
         .session_timeout(Duration::from_secs(2))
+        .tick_time(server.tick_time())
         .connect()?;
     let zombie_lock = InterProcessMutex::new(&zombie_client, "/examples/fencing")?;
     let zombie = zombie_lock.acquire()?;

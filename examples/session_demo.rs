@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let client = Client::builder(&proxy.connect_string())
         .session_timeout(Duration::from_secs(3))
+        .tick_time(server.tick_time())
         .connect()?;
     let events = client.subscribe();
     let id = client.session_id().ok_or("no session")?;

@@ -12,6 +12,8 @@ use zk_recipes::testing::pid_alive;
 
 fn zk_lock(connect: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zk-lock"));
+    // The harness servers tick every 100 ms.
+    c.env("ZK_TICK_TIME", "100ms");
     c.env("ZK_CONNECT", connect).env_remove("RUST_LOG");
     c
 }

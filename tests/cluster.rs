@@ -98,3 +98,79 @@ fn a_follower_cut_off_from_the_leader_cannot_stretch_the_lease() {
         "the follower should still answer when check() fails: {follower_answers:?}"
     );
 }
+
+/// Issue 19's first hole, as its adversary: a holder on a follower that has been idle (so the
+/// leader last heard of its session a while ago) makes one write through the leader, and then
+/// that follower is cut off from the other members while it keeps serving its clients. The
+/// leader expires the session from the last touch that reached it, before the idle time; a
+/// client on the majority side then gets the lock. Every `Ok` the old holder's `check()` gave
+/// must come before that client's acquire returned.
+#[test]
+fn a_partitioned_follower_s_holder_stops_vouching_before_the_majority_grants_the_lock() {
+    init_logs();
+    let cluster = TestingCluster::partitionable(3, ServerOptions::default()).unwrap();
+    let leader = cluster.wait_for_leader(SOON).expect("a leader");
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let majority: Vec<String> = (0..3)
+        .filter(|&i| i != follower)
+        .map(|i| cluster.addr(i).to_string())
+        .collect();
+    let session = Duration::from_secs(4);
+    let holder = connect(&cluster.addr(follower).to_string(), session);
+    let contender = connect(&majority.join(","), session);
+    let path = root("partitioned-holder");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    let guard = held.acquire().unwrap();
+
+    // Busy on the follower for a while (every read touches the session there), then idle
+    // for less than the client's ping interval (2/9 of the session timeout), then one write
+    // through the leader. The idle time is the adversary's choice, not a synchronisation.
+    let busy_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < busy_until {
+        holder.exists("/").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    holder
+        .create(&format!("{path}-write"), b"", CreateMode::Persistent)
+        .unwrap();
+    assert!(cluster.isolate(follower));
+    // The follower still serves its clients.
+    holder
+        .exists("/")
+        .expect("the isolated follower should still answer reads");
+
+    // The majority side queues for the lock meanwhile.
+    let (last_ok, failed_at, acquired_at) = std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            let other = InterProcessMutex::new(&contender, &path).unwrap();
+            let taken = other.acquire().expect("the majority side takes the lock");
+            let acquired_at = Instant::now();
+            drop(taken);
+            acquired_at
+        });
+        // The holder vouches (check() Ok) until it cannot; sampled every millisecond.
+        let mut last_ok = None;
+        let give_up = Instant::now() + SOON;
+        let failed_at = loop {
+            match guard.check() {
+                Ok(()) if Instant::now() < give_up => last_ok = Some(Instant::now()),
+                _ => break Instant::now(),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        (last_ok, failed_at, other.join().unwrap())
+    });
+    cluster.rejoin(follower);
+    eprintln!(
+        "check() failed {:?} before the majority side got the lock",
+        acquired_at.saturating_duration_since(failed_at)
+    );
+    assert!(
+        failed_at < acquired_at,
+        "the old holder's check() first failed {:?} after the majority side got the lock",
+        failed_at - acquired_at
+    );
+    if let Some(ok) = last_ok {
+        assert!(ok < acquired_at);
+    }
+}

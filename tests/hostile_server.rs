@@ -242,3 +242,84 @@ fn without_container_support_a_lock_path_is_made_persistent() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen, ["container /lock", "persistent /lock"], "{seen:?}");
 }
+
+/// A reply with an error code and no record.
+fn error_reply(xid: i32, err: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&xid.to_be_bytes());
+    b.extend_from_slice(&1i64.to_be_bytes());
+    b.extend_from_slice(&err.to_be_bytes());
+    frame(&b)
+}
+
+/// Issue 19's second hole. A server before 3.7 lets a session resume on a read-only server
+/// (cut off from its quorum, so no leader counts the session alive), and answers its writes
+/// `NotReadOnly`. Neither the read-only handshake nor those answers may move the lease
+/// bound. The fake plays such a server: its first connection is a normal one, the later ones
+/// resume the same session read-only.
+#[test]
+fn a_read_only_server_never_extends_the_lease() {
+    init_logs();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let first_conn = Arc::new(parking_lot::Mutex::new(None::<TcpStream>));
+    let keep = first_conn.clone();
+    thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { return };
+            let read_only = n > 0;
+            if n == 0 {
+                *keep.lock() = s.try_clone().ok();
+            }
+            thread::spawn(move || {
+                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err()
+                {
+                    return;
+                }
+                while let Some(req) = read_frame(&mut s) {
+                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                    let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+                    let answer = match (xid, opcode) {
+                        (-2, _) => reply(-2, &[]),
+                        // Reads answer as an `exists` that found a node; writes (setData 5,
+                        // check 13, multi 14, sync 9) fail NotReadOnly on a read-only server.
+                        (_, 5 | 9 | 13 | 14) if read_only => error_reply(xid, -119),
+                        _ => reply(xid, &[0; 68]),
+                    };
+                    if s.write_all(&answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .tick_time(Duration::from_millis(100))
+        .allow_read_only(true)
+        .connect()
+        .unwrap();
+    let sub = client.subscribe();
+    client.set_data("/x", b"1", None).unwrap();
+    let before = client.session_valid_until().expect("a lease bound");
+
+    // The quorum is gone: the next connection resumes the session read-only.
+    let first = first_conn.lock().take().expect("the first connection");
+    first.shutdown(std::net::Shutdown::Both).unwrap();
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    assert_eq!(
+        client.set_data("/x", b"2", None),
+        Err(Error::ZooKeeper {
+            code: zk_recipes::ZkCode::NotReadOnly,
+            path: "/x".into()
+        })
+    );
+    assert!(client.exists("/x").unwrap().is_some());
+    let after = client.session_valid_until().expect("a lease bound");
+    assert!(
+        after <= before,
+        "a read-only server moved the lease bound by {:?}",
+        after - before
+    );
+}

@@ -10,7 +10,9 @@ use zk_recipes::lock::{revoke, InterProcessMutex};
 use zk_recipes::{Client, ConnectionState, Error, ZkCode};
 
 fn client_as(connect: &str, credentials: Option<&str>, session: Duration) -> Client {
-    let mut b = Client::builder(connect).session_timeout(session);
+    let mut b = Client::builder(connect)
+        .session_timeout(session)
+        .tick_time(Duration::from_millis(100));
     if let Some(c) = credentials {
         b = b
             .authorization("digest", c.as_bytes().to_vec())

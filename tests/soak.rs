@@ -104,6 +104,7 @@ fn no_fault_sequence_lets_two_valid_holders_in(#[case] rwlock: bool) {
                 .join(",");
             let client = Client::builder(&connect)
                 .session_timeout(SESSION)
+                .tick_time(Duration::from_millis(100))
                 .connection_timeout(Duration::from_secs(10))
                 .connect()
                 .expect("connect");

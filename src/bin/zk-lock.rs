@@ -60,6 +60,10 @@ struct Cli {
     /// Session timeout.
     #[arg(long, value_parser = duration, default_value = "10s", global = true)]
     session_timeout: Duration,
+    /// The servers' tickTime: the lease check allows a tick for a follower to pass the
+    /// session's touches on to the leader.
+    #[arg(long, env = "ZK_TICK_TIME", value_parser = duration, default_value = "2s", global = true)]
+    tick_time: Duration,
     /// Give up after waiting this long for the lock (default: wait as long as it takes).
     #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
@@ -150,6 +154,7 @@ fn main() -> ExitCode {
     };
     let client = match Client::builder(&connect)
         .session_timeout(cli.session_timeout)
+        .tick_time(cli.tick_time)
         .connection_timeout(Duration::from_secs(10))
         .connect()
     {

@@ -156,10 +156,14 @@ impl Client {
         self.core.session_timeout()
     }
 
-    /// The instant before which the server cannot have expired the current session: the send
-    /// time of the latest request or ping it answered under this session, plus the negotiated
-    /// timeout. It does not depend on any event being delivered, and stops advancing as soon
-    /// as the connection goes silent. `None` when there is no session.
+    /// The instant before which the leader cannot have expired the current session: the send
+    /// time of the latest touch of the session that the leader has certainly applied, plus the
+    /// negotiated timeout. A touch counts once a write answered through the leader was sent at
+    /// least a tick (see [`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time)) after
+    /// the touch was answered; `recipes/README.md` ("Lease bound") derives why. It does not
+    /// depend on any event being delivered, stops advancing as soon as the connection goes
+    /// silent or the server loses its leader, and never moves on a read-only server. `None`
+    /// when there is no session.
     pub fn session_valid_until(&self) -> Option<Instant> {
         self.core.session_valid_until()
     }

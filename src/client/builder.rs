@@ -25,6 +25,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     namespace: Option<String>,
     allow_read_only: bool,
+    tick_time: Duration,
 }
 
 impl ClientBuilder {
@@ -85,6 +86,17 @@ impl ClientBuilder {
         self
     }
 
+    /// The ensemble's `tickTime` (default 2 s, as in ZooKeeper's sample configuration). The
+    /// lease bound ([`Client::session_valid_until`]) trusts only touches of the session that
+    /// the leader has certainly applied, and a follower passes its clients' touches on to the
+    /// leader only when the leader pings it, every half tick; the bound allows a whole tick.
+    /// Set it to your servers' `tickTime`: a value below it lets the bound overstate, a value
+    /// above it only makes the bound shorter.
+    pub fn tick_time(mut self, tick: Duration) -> Self {
+        self.tick_time = tick;
+        self
+    }
+
     fn config(&self) -> Result<Config> {
         let connect = ConnectString::parse(&self.connect_string)?;
         let sane =
@@ -99,6 +111,12 @@ impl ClientBuilder {
             return Err(Error::BadArguments(format!(
                 "connection timeout {:?} is outside 100 ms ..= 1 day",
                 self.connection_timeout
+            )));
+        }
+        if self.tick_time.is_zero() || self.tick_time > Duration::from_secs(3600) {
+            return Err(Error::BadArguments(format!(
+                "tick time {:?} is outside (0, 1 h]",
+                self.tick_time
             )));
         }
         let mut prefix = connect.chroot.clone().unwrap_or_default();
@@ -131,6 +149,7 @@ impl ClientBuilder {
             retry: self.retry.clone(),
             prefix,
             allow_read_only: self.allow_read_only,
+            tick_time: self.tick_time,
         })
     }
 
@@ -172,6 +191,13 @@ impl ClientBuilder {
             }
             Err(e) => return Err(e),
         }
+        let (granted, tick) = (client.session_timeout(), self.tick_time);
+        if granted < tick * 4 {
+            log::warn!(
+                "session timeout {granted:?} is short for a {tick:?} tick: the lease bound \
+                 trails the leader's view by a tick or more, so lease checks will often fail"
+            );
+        }
         let prefix = client.core().config.prefix.clone();
         if !prefix.is_empty() {
             let acl = client.core().config.acl.clone();
@@ -190,6 +216,7 @@ impl Client {
             acl: crate::acl::open(),
             session_timeout: Duration::from_secs(30),
             connection_timeout: Duration::from_secs(15),
+            tick_time: Duration::from_secs(2),
             retry: RetryPolicy::default(),
             namespace: None,
             allow_read_only: false,

@@ -18,6 +18,9 @@ pub(crate) struct Config {
     /// Chroot and namespace, joined: every path the caller gives is below it. Empty for none.
     pub prefix: String,
     pub allow_read_only: bool,
+    /// The ensemble's tick: how long a follower may hold a touch of the session before the
+    /// leader has it.
+    pub tick_time: Duration,
 }
 
 impl Config {

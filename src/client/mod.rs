@@ -17,6 +17,7 @@ pub(crate) mod session;
 mod slot;
 mod state;
 pub(crate) mod token;
+mod touches;
 mod types;
 mod watches;
 

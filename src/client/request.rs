@@ -219,8 +219,10 @@ impl<'a> Req<'a> {
         }
     }
 
-    /// True for requests that go through the leader (writes and sync), whose answers prove
-    /// the session alive there.
+    /// True for writes: the leader checks the session before it takes them into its pipeline,
+    /// so their answers can vouch for touches the leader applied before them (see
+    /// `touches`). Not `sync`: a follower answers it with the leader's go-ahead, which
+    /// carries no session check.
     fn anchors(&self) -> bool {
         matches!(
             self,
@@ -229,7 +231,6 @@ impl<'a> Req<'a> {
                 | Req::SetData { .. }
                 | Req::Check { .. }
                 | Req::SetAcl { .. }
-                | Req::Sync { .. }
                 | Req::Multi(_)
         )
     }

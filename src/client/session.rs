@@ -30,6 +30,7 @@ use super::request::Req;
 use super::slot::Awaited;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
+use super::touches::Touches;
 use super::types::WatchEvent;
 use super::watches::{Registry, WatchType};
 use crate::connect_string::HostPort;
@@ -44,16 +45,19 @@ const FIRST_PAUSE: Duration = Duration::from_millis(20);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
-/// The wire code of `SessionExpired`.
-const SESSION_EXPIRED: i32 = -112;
 
-/// The connection's outstanding keep-alives.
-#[derive(Default)]
+/// The connection's keep-alives, and what its answers prove the leader has seen.
 struct Beats {
     /// When the unanswered ping went out.
     ping_sent: Option<Instant>,
     /// A lease heartbeat (sync) waits for its answer.
     heartbeat_out: bool,
+    /// When the last heartbeat was answered: the next goes out a tick later at the earliest,
+    /// so that it can vouch for the touch before it (see `touches`).
+    heartbeat_answered: Option<Instant>,
+    touches: Touches,
+    /// A read-only server: it has no leader, so nothing it answers extends the lease.
+    read_only: bool,
 }
 
 /// The live (or suspended) session.
@@ -76,8 +80,9 @@ pub(crate) enum Phase {
 struct Status {
     phase: Phase,
     session: Option<Session>,
-    /// The latest send time of a request or ping the server answered under `session`.
-    last_ok_sent: Option<Instant>,
+    /// The leader has certainly touched `session` at or after this instant (see `touches`):
+    /// it cannot expire it before this plus the session timeout.
+    leader_saw: Option<Instant>,
     /// Since when no connection has carried a live session (set on SUSPENDED, kept through
     /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session
     /// timeout.
@@ -152,6 +157,7 @@ struct Conn {
     reader: FrameReader,
     epoch: u64,
     timeout: Duration,
+    read_only: bool,
 }
 
 impl Core {
@@ -169,7 +175,7 @@ impl Core {
             status: Mutex::new(Status {
                 phase: Phase::Connecting,
                 session: None,
-                last_ok_sent: None,
+                leader_saw: None,
                 silent_since: None,
                 auth_failed: false,
             }),
@@ -323,7 +329,7 @@ impl Core {
     pub fn session_valid_until(&self) -> Option<Instant> {
         let status = self.status.lock();
         let session = status.session.as_ref()?;
-        status.last_ok_sent.map(|sent| sent + session.timeout)
+        status.leader_saw.map(|sent| sent + session.timeout)
     }
 
     #[cfg(feature = "testing")]
@@ -617,7 +623,9 @@ impl Core {
             timeout,
             passwd: answer.passwd,
         };
-        if !self.connected(writer, session, epoch, sent_at) {
+        // A read-only server has no leader: attaching there proves nothing about the session.
+        let anchor = (!answer.read_only).then_some(sent_at);
+        if !self.connected(writer, session, epoch, anchor) {
             return Err(Dial::Failed("closing".into()));
         }
         self.connecting.lock().take();
@@ -626,11 +634,20 @@ impl Core {
             reader,
             epoch,
             timeout,
+            read_only: answer.read_only,
         })
     }
 
     /// The connection is ready: opens the gate and publishes CONNECTED or RECONNECTED.
-    fn connected(&self, writer: TcpStream, session: Session, epoch: u64, sent_at: Instant) -> bool {
+    /// `anchor`: the handshake's send time, if the leader created or revalidated the session
+    /// after it (not on a read-only server).
+    fn connected(
+        &self,
+        writer: TcpStream,
+        session: Session,
+        epoch: u64,
+        anchor: Option<Instant>,
+    ) -> bool {
         let mut status = self.status.lock();
         if status.phase == Phase::Closed || !self.outbox.open(writer, session.id, epoch) {
             return false;
@@ -639,10 +656,10 @@ impl Core {
             (Some(s), _) if s.id == session.id => ConnectionState::Reconnected,
             _ => ConnectionState::Connected,
         };
-        status.last_ok_sent = Some(match (event, status.last_ok_sent) {
-            (ConnectionState::Reconnected, Some(t)) => t.max(sent_at),
-            _ => sent_at,
-        });
+        status.leader_saw = match (event, status.leader_saw) {
+            (ConnectionState::Reconnected, Some(t)) => Some(anchor.map_or(t, |a| t.max(a))),
+            _ => anchor,
+        };
         let id = session.id;
         status.session = Some(session);
         status.phase = Phase::Connected;
@@ -657,11 +674,20 @@ impl Core {
     fn serve(&self, mut conn: Conn) {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
-        // The lease heartbeat: a sync, which the leader must answer, whenever no answer from
-        // the leader's side has extended the lease bound for a third of the session timeout.
-        let anchor_every = conn.timeout / 3;
+        // The lease heartbeat: a write the leader checks the session for, whenever the lease
+        // bound is half a session timeout old; a tick after the last one was answered at the
+        // earliest, so that each vouches for a touch before it. On a read-only server nothing
+        // can move the bound: no heartbeat.
+        let anchor_every = conn.timeout / 2;
+        let tick = self.config.tick_time;
         let mut last_recv = Instant::now();
-        let mut beats = Beats::default();
+        let mut beats = Beats {
+            ping_sent: None,
+            heartbeat_out: conn.read_only,
+            heartbeat_answered: None,
+            touches: Touches::new(tick),
+            read_only: conn.read_only,
+        };
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
             let now = Instant::now();
@@ -670,7 +696,10 @@ impl Core {
             if beats.ping_sent.is_none() {
                 wake = wake.min(self.outbox.last_send() + ping_every);
             }
-            let anchor_at = self.anchored_at().map(|t| t + anchor_every);
+            let anchor_at = self
+                .anchored_at()
+                .map(|t| t + anchor_every)
+                .max(beats.heartbeat_answered.map(|t| t + tick));
             if !beats.heartbeat_out {
                 wake = wake.min(anchor_at.unwrap_or(now));
             }
@@ -698,10 +727,17 @@ impl Core {
                         break format!("nothing heard for {read_timeout:?}");
                     }
                     if !beats.heartbeat_out && anchor_at.is_none_or(|t| now >= t) {
-                        let sync = Req::Sync { path: "/".into() }.outgoing();
+                        // The cheapest request the leader checks the session for: a
+                        // transaction that only checks that the root exists.
+                        let root = self.config.full("/");
+                        let check = Req::Multi(vec![Req::Check {
+                            path: &root,
+                            version: -1,
+                        }])
+                        .outgoing();
                         let beat = Outgoing {
                             heartbeat: true,
-                            ..sync
+                            ..check
                         };
                         if let Err(e) = self.outbox.send(vec![beat], now + read_timeout) {
                             break format!("heartbeat: {e}");
@@ -725,7 +761,7 @@ impl Core {
 
     /// The send time of the latest answer that extended the lease bound.
     fn anchored_at(&self) -> Option<Instant> {
-        self.status.lock().last_ok_sent
+        self.status.lock().leader_saw
     }
 
     /// One frame from the server.
@@ -777,10 +813,12 @@ impl Core {
             // follower answers it alone, also while cut off from the leader, which may be
             // expiring the session meanwhile.
             xid::PING => {
-                beats
+                let sent = beats
                     .ping_sent
                     .take()
                     .ok_or(proto::Malformed("unasked ping answer"))?;
+                // The server touched the session for it, which the leader learns later.
+                beats.touches.touched(sent, Instant::now());
             }
             xid::SET_WATCHES => {
                 if header.err != 0 {
@@ -801,12 +839,22 @@ impl Core {
                         self.hold_gone(&strip(&self.config.prefix, &w.path));
                     }
                 }
+                let now = Instant::now();
                 if pending.heartbeat {
                     beats.heartbeat_out = false;
+                    beats.heartbeat_answered = Some(now);
                 }
-                // Any answer of the leader's, success or not, shows the session alive there.
-                if pending.anchors && header.err != SESSION_EXPIRED {
-                    self.answered(pending.sent);
+                // A write's answer from the leader's pipeline vouches for the touches the
+                // follower passed on before it forwarded the write (see `touches`). Only
+                // answers given after the leader checked the session count: not one from the
+                // server we talk to alone (a read-only one, a throttled or refused request).
+                if pending.anchors && leader_checked(header.err) && !beats.read_only {
+                    if let Some(touch) = beats.touches.leader_answered(pending.sent) {
+                        self.answered(touch);
+                    }
+                }
+                if header.err == 0 || header.err == NO_NODE {
+                    beats.touches.touched(pending.sent, now);
                 }
                 pending.answer.fulfil(conn::Reply { header, frame });
             }
@@ -814,11 +862,11 @@ impl Core {
         Ok(())
     }
 
-    /// The leader's side answered something sent at `sent` under the current session.
-    fn answered(&self, sent: Instant) {
+    /// The leader has certainly touched the current session at or after `touch`.
+    fn answered(&self, touch: Instant) {
         let mut status = self.status.lock();
         if status.session.is_some() {
-            status.last_ok_sent = Some(status.last_ok_sent.map_or(sent, |t| t.max(sent)));
+            status.leader_saw = Some(status.leader_saw.map_or(touch, |t| t.max(touch)));
         }
     }
 
@@ -850,7 +898,7 @@ impl Core {
         warn!("session {id} is lost: {why}");
         let session = status.session.take();
         status.phase = Phase::Connecting;
-        status.last_ok_sent = None;
+        status.leader_saw = None;
         self.watches.lock().clear();
         self.status_changed.notify_all();
         self.publish(ConnectionState::Lost, id);
@@ -920,6 +968,13 @@ fn shuffle<T>(items: &mut [T]) {
         x ^= x << 17;
         items.swap(i, (x % (i as u64 + 1)) as usize);
     }
+}
+
+/// True for a write's answers that the leader gives only after it found the session alive:
+/// success, and the errors its checks after that raise (no node, no auth, bad version, no
+/// children for ephemerals, node exists, not empty).
+fn leader_checked(err: i32) -> bool {
+    matches!(err, 0 | -101 | -102 | -103 | -108 | -110 | -111)
 }
 
 /// What `track_connecting` refusing means.

@@ -7,16 +7,25 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::jvm::{self, four_letter, Jvm, TempDir};
+use super::proxy::FaultProxy;
 use super::server::{mode_of, wait_ready, ServerOptions};
 use super::HarnessError;
 
 struct Member {
     client_port: u16,
     jvm: Mutex<Option<Jvm>>,
+    /// With [`TestingCluster::partitionable`]: `links[j]` carries this member's quorum link to
+    /// member `j` (none for itself).
+    links: Vec<Option<FaultProxy>>,
 }
 
 /// `n` ZooKeeper servers forming one ensemble on loopback, each with distinct client, quorum
 /// and election ports. Members are numbered from 0. Every JVM is killed on drop.
+///
+/// A [`partitionable`](Self::partitionable) ensemble routes every member's quorum links
+/// through fault proxies, so that [`isolate`](Self::isolate) can cut a member off from the
+/// others while it keeps its client port: a follower then goes on answering its clients'
+/// reads for `syncLimit` ticks while the leader, on the majority side, expires their sessions.
 pub struct TestingCluster {
     options: ServerOptions,
     classpath: String,
@@ -32,6 +41,27 @@ impl TestingCluster {
 
     /// Starts an `n`-server ensemble with `options`.
     pub fn with_options(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
+        TestingCluster::build(n, options, false)
+    }
+
+    /// Starts an `n`-server ensemble whose members reach each other's quorum ports through
+    /// fault proxies (one per ordered pair), for [`isolate`](Self::isolate) and
+    /// [`rejoin`](Self::rejoin).
+    ///
+    /// Only the quorum links (follower to leader, the link a follower serves from) go through
+    /// proxies. Election links cannot be cut this way: ZooKeeper 3.8 answers a connection from
+    /// a member with a lower id by dialling back the election address that member advertises,
+    /// which is its own listening port, so the link would bypass any proxy. A member whose
+    /// quorum links are cut may still vote, but can neither follow nor lead anyone.
+    pub fn partitionable(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
+        TestingCluster::build(n, options, true)
+    }
+
+    fn build(
+        n: usize,
+        options: ServerOptions,
+        partitionable: bool,
+    ) -> Result<TestingCluster, HarnessError> {
         if n == 0 {
             return Err(HarnessError::StartFailed(
                 "an ensemble needs a member".into(),
@@ -48,18 +78,29 @@ impl TestingCluster {
             held.push(l);
         }
         drop(held);
-        let mut servers = String::new();
-        for i in 0..n {
-            let _ = writeln!(
-                servers,
-                "server.{}=127.0.0.1:{}:{}",
-                i + 1,
-                ports[3 * i + 1],
-                ports[3 * i + 2]
-            );
-        }
         let mut members = Vec::new();
         for i in 0..n {
+            let mut links = Vec::new();
+            for j in 0..n {
+                links.push(if partitionable && j != i {
+                    let quorum = SocketAddr::from(([127, 0, 0, 1], ports[3 * j + 1]));
+                    Some(FaultProxy::start(quorum)?)
+                } else {
+                    None
+                });
+            }
+            // Member i's view of the ensemble: the others' quorum ports through its proxies.
+            let mut servers = String::new();
+            for (j, link) in links.iter().enumerate() {
+                let quorum = link.as_ref().map_or(ports[3 * j + 1], |p| p.addr().port());
+                let _ = writeln!(
+                    servers,
+                    "server.{}=127.0.0.1:{}:{}",
+                    j + 1,
+                    quorum,
+                    ports[3 * j + 2]
+                );
+            }
             let member_dir = dir.path().join(format!("m{}", i + 1));
             let data = member_dir.join("data");
             std::fs::create_dir_all(&data)?;
@@ -74,6 +115,7 @@ impl TestingCluster {
             members.push(Member {
                 client_port: ports[3 * i],
                 jvm: Mutex::new(None),
+                links,
             });
         }
         let cluster = TestingCluster {
@@ -118,6 +160,11 @@ impl TestingCluster {
             )?;
         }
         Ok(())
+    }
+
+    /// The members' `tickTime`: give it to [`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time).
+    pub fn tick_time(&self) -> Duration {
+        self.options.tick_time
     }
 
     /// Number of members.
@@ -172,6 +219,41 @@ impl TestingCluster {
                 .args([sig, &pid.to_string()])
                 .status();
         }
+    }
+
+    /// Cuts member `i` off from every other member while it keeps its client port: its quorum
+    /// links (both ways) hold every byte, as a network partition does, until
+    /// [`rejoin`](Self::rejoin). Needs a [`partitionable`](Self::partitionable) ensemble;
+    /// false (and nothing done) otherwise.
+    ///
+    /// A follower so cut off goes on answering its clients' reads until it has heard nothing
+    /// from the leader for `syncLimit` ticks; the leader meanwhile counts its clients'
+    /// sessions only from what reached it before the cut.
+    pub fn isolate(&self, i: usize) -> bool {
+        self.each_link_of(i, FaultProxy::blackhole)
+    }
+
+    /// Ends [`isolate`](Self::isolate): the held bytes are delivered (as TCP would retransmit
+    /// them) and new links pass.
+    pub fn rejoin(&self, i: usize) -> bool {
+        self.each_link_of(i, FaultProxy::heal)
+    }
+
+    /// Applies `f` to every quorum link from and to member `i`; false if there are none.
+    fn each_link_of(&self, i: usize, f: impl Fn(&FaultProxy)) -> bool {
+        let mut any = false;
+        for (j, member) in self.members.iter().enumerate() {
+            let links = if j == i {
+                member.links.iter().flatten().collect::<Vec<_>>()
+            } else {
+                member.links[i].iter().collect()
+            };
+            for link in links {
+                f(link);
+                any = true;
+            }
+        }
+        any
     }
 
     /// Starts member `i` again (killing it first if it runs) and waits until it serves.

@@ -193,6 +193,11 @@ impl TestingServer {
         Ok(())
     }
 
+    /// The server's `tickTime`: give it to [`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time).
+    pub fn tick_time(&self) -> Duration {
+        self.options.tick_time
+    }
+
     /// The server's address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))

@@ -38,6 +38,8 @@ pub fn root(name: &str) -> String {
 pub fn connect(connect_string: &str, session: Duration) -> Client {
     Client::builder(connect_string)
         .session_timeout(session)
+        // The harness servers tick every 100 ms (see `ServerOptions`).
+        .tick_time(Duration::from_millis(100))
         .connection_timeout(Duration::from_secs(20))
         .connect()
         .expect("connect")

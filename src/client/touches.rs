@@ -1,0 +1,130 @@
+//! What the leader has certainly seen of our session: the ground of the lease bound.
+//!
+//! The leader alone expires sessions, and it counts a session alive only from touches that
+//! reached it. A client on a follower touches the session there with every request and ping;
+//! the follower collects those touches and hands them to the leader only in its answer to the
+//! leader's next ping (the leader pings each follower every half tick). A request the follower
+//! forwards to the leader (a write, a `sync`) touches nothing there. So an answer that went
+//! through the leader proves that the follower reached the leader, not that our latest touch
+//! did: cut the follower off right after, and the leader expires the session from the touches
+//! it had before.
+//!
+//! What does prove a touch at the leader is the order of the follower's one link to it. Say a
+//! request or ping `R1`, sent at `s1`, was answered by the follower at `a1`: the follower
+//! touched the session at some `t1` in `[s1, a1)`. Say a later request `R2`, sent at `s2`,
+//! went through the leader and was answered. The follower forwarded `R2` at some `f2 >= s2`.
+//! If the follower answered a ping of the leader between `t1` and `f2`, that answer carried
+//! our touch and went out ahead of `R2` on the same link, and the leader applies a follower's
+//! touches before it takes the follower's next request into its pipeline: the leader touched
+//! the session after `t1 >= s1`, before it answered `R2`. It expires a session no earlier
+//! than its last touch plus the timeout (rounded up to the next tick), so it cannot expire
+//! ours before `s1 + timeout`. The leader pings every half tick, so with `s2 >= a1 + tick`
+//! the interval `(t1, f2)` spans two ping periods, and a ping late by up to half a tick still
+//! falls inside it.
+//!
+//! Hence the rule kept here, per connection: when an answer from the leader's side arrives
+//! for something sent at `s2`, the bound may move to the send time of the latest answered
+//! request or ping whose answer came at least a tick before `s2`. Two things also anchor: the
+//! handshake (the leader creates or revalidates the session after we sent it), and nothing
+//! from a read-only server (it has no leader).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Most touches kept per connection; the oldest go first (which only makes the bound
+/// shorter).
+const MOST: usize = 256;
+
+/// The answered requests and pings of one connection, as evidence of touches.
+pub(crate) struct Touches {
+    /// `(sent, answered)`, both increasing: a connection's answers come in order.
+    seen: VecDeque<(Instant, Instant)>,
+    /// How long the follower may hold a touch before the leader applies it: a tick.
+    relay: Duration,
+}
+
+impl Touches {
+    pub fn new(relay: Duration) -> Touches {
+        Touches {
+            seen: VecDeque::new(),
+            relay,
+        }
+    }
+
+    /// The server answered something sent at `sent`: it touched the session then or later.
+    /// Touches closer together than an eighth of the relay time are thinned out (the bound
+    /// loses at most that much).
+    pub fn touched(&mut self, sent: Instant, answered: Instant) {
+        if let Some(&(last, _)) = self.seen.back() {
+            if sent < last + self.relay / 8 {
+                return;
+            }
+        }
+        if self.seen.len() == MOST {
+            self.seen.pop_front();
+        }
+        self.seen.push_back((sent, answered));
+    }
+
+    /// Something sent at `sent` was answered through the leader. Returns the send time of the
+    /// latest touch the leader had certainly applied before it answered, if any.
+    pub fn leader_answered(&mut self, sent: Instant) -> Option<Instant> {
+        let settled = |&(_, answered): &(Instant, Instant)| answered + self.relay <= sent;
+        while self.seen.len() >= 2 && self.seen.get(1).is_some_and(settled) {
+            self.seen.pop_front();
+        }
+        self.seen.front().filter(|t| settled(t)).map(|&(s, _)| s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_millis(100);
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_leader_answer_vouches_only_for_touches_a_tick_older_than_its_request() {
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        touches.touched(at(t0, 0), at(t0, 5));
+        touches.touched(at(t0, 50), at(t0, 55));
+        touches.touched(at(t0, 300), at(t0, 305));
+        // Sent 60 ms after the last answer: nothing is a tick older.
+        assert_eq!(touches.leader_answered(at(t0, 60)), None);
+        // Sent at 160: the touch answered at 55 is settled, the one at 305 is not.
+        assert_eq!(touches.leader_answered(at(t0, 160)), Some(at(t0, 50)));
+        // Later, the newest settled one.
+        assert_eq!(touches.leader_answered(at(t0, 405)), Some(at(t0, 300)));
+        assert_eq!(touches.leader_answered(at(t0, 1000)), Some(at(t0, 300)));
+    }
+
+    #[test]
+    fn the_issue_19_idle_then_write_case_anchors_before_the_idle_time() {
+        // Busy until 0, idle 800 ms, then one write at 800: the leader last had our touch from
+        // the busy period, and so does the bound.
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        for ms in (0..=400).step_by(20).map(|m| m as u64) {
+            touches.touched(at(t0, ms), at(t0, ms + 2));
+        }
+        assert_eq!(touches.leader_answered(at(t0, 1200)), Some(at(t0, 400)));
+    }
+
+    #[test]
+    fn close_touches_are_thinned_and_the_list_stays_bounded() {
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        for us in 0..100_000u64 {
+            let s = t0 + Duration::from_micros(us * 50);
+            touches.touched(s, s + Duration::from_micros(10));
+        }
+        assert!(touches.seen.len() <= MOST);
+        let last = touches.seen.back().map(|&(s, _)| s).unwrap();
+        assert!(last + TICK / 8 > t0 + Duration::from_micros(99_999 * 50));
+    }
+}
