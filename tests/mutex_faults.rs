@@ -459,3 +459,65 @@ fn an_uncontended_acquire_is_one_round_trip_of_two_pipelined_requests() {
         "an uncontended acquire sends its create and its listing only"
     );
 }
+
+/// Issue 19's third hole: with `lost_on_suspend`, a break in the connection while *waiting*
+/// must not poison the hold granted after it (the hold's token is made at grant time).
+#[test]
+fn a_blip_while_waiting_does_not_poison_the_hold_granted_after_it() {
+    let f = faulty();
+    let holder_client = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let waiter_client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = root("blip-while-waiting");
+    let options = || LockOptions::new().lost_on_suspend(true);
+    let holder = InterProcessMutex::with_options(&holder_client, &path, options()).unwrap();
+    let held = holder.acquire().unwrap();
+    let states = waiter_client.subscribe();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let mutex = InterProcessMutex::with_options(&waiter_client, &path, options()).unwrap();
+            let guard = mutex.acquire().unwrap();
+            (guard.is_held(), guard.check().is_ok())
+        });
+        assert!(wait_children(&holder_client, &path, SOON, |c| c.len() == 2));
+        f.proxy.cut();
+        next_state(&states, ConnectionState::Suspended);
+        next_state(&states, ConnectionState::Reconnected);
+        drop(held);
+        let (is_held, checked) = waiter.join().unwrap();
+        assert!(is_held, "the hold granted after the blip is born lost");
+        assert!(checked);
+    });
+}
+
+/// Issue 19's seventh hole: closing the client ends every hold, also when the connection is
+/// down at close, and also for a `lost()` channel first asked for after the close.
+#[rstest::rstest]
+#[case::connected(false)]
+#[case::connection_down(true)]
+fn closing_the_client_marks_every_hold_lost(#[case] down: bool) {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = root("close-ends-holds");
+    let first = InterProcessMutex::new(&client, &path).unwrap();
+    let second = InterProcessMutex::new(&client, &format!("{path}-2")).unwrap();
+    let watched = first.acquire().unwrap();
+    let unwatched = second.acquire().unwrap();
+    let lost = watched.lost();
+    if down {
+        let states = client.subscribe();
+        f.proxy.refuse();
+        next_state(&states, ConnectionState::Suspended);
+    }
+    client.close();
+    assert!(
+        lost.try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected),
+        "lost() did not fire on close"
+    );
+    assert!(
+        unwatched.lost().try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected),
+        "lost() asked for after close did not fire"
+    );
+    assert!(!watched.is_held() && !unwatched.is_held());
+    assert!(watched.check().is_err());
+    f.proxy.heal();
+}

@@ -398,6 +398,11 @@ impl Core {
             token.mark_lost();
         }
         let mut tokens = self.tokens.lock();
+        // Looked at under the tokens' lock: `shutdown` marks `closed` before it takes that
+        // lock to end every token, so a token is either ended there or never handed out.
+        if self.is_closed() {
+            return None;
+        }
         // Holds end all the time; forget them here, not only when a state is published.
         tokens.retain(|t| t.strong_count() > 0);
         tokens.push(Arc::downgrade(&token));
@@ -912,6 +917,13 @@ impl Core {
     pub fn shutdown(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
+        }
+        // Closing ends every hold, whether or not the server hears of it now: the session is
+        // being closed, or left to expire. Marked first, so no hold outlives the call.
+        for token in std::mem::take(&mut *self.tokens.lock()) {
+            if let Some(token) = token.upgrade() {
+                token.mark_lost();
+            }
         }
         if self.phase() == Phase::Connected {
             // Closing the session makes its ephemeral nodes go now, not at expiry. A server

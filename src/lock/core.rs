@@ -243,7 +243,9 @@ impl LockCore {
         // the whole line gets its watch with the listing that goes out with our create.
         let wake = unbounded();
         let line_watch = (wait && rule.watches_line()).then_some(&wake.0);
-        let (mut node, token) = match self.enter_watching(lock_name, deadline, line_watch) {
+        // The token of the wait: a break in the connection while we wait is no loss (we
+        // re-check after it); only the hold's own token, made at grant time, may count one.
+        let (mut node, token) = match self.enter_watching(lock_name, deadline, line_watch, false) {
             Ok(v) => v,
             Err(e) => {
                 if line_watch.is_some() {
@@ -260,6 +262,13 @@ impl LockCore {
             &mut node, rule, deadline, wait, &states, &token, cancel, wake,
         ) {
             Ok(true) => {
+                let Some(token) = self.hold_token(&node, token) else {
+                    self.leave(&node, deadline);
+                    self.counters.lost();
+                    return Err(Error::SessionLost {
+                        session_id: node.session,
+                    });
+                };
                 self.counters.acquired(started.elapsed());
                 debug!("{} acquired by {}", self.path, node.name);
                 Ok(Some(self.lease(node, token)))
@@ -296,29 +305,41 @@ impl LockCore {
         }
     }
 
-    /// Creates our node and a token for its session.
+    /// Creates our node and a token for its session, to hold it at once (the token counts a
+    /// suspension as a loss if the options say so).
     pub fn enter(
         &self,
         lock_name: &str,
         deadline: Option<Instant>,
     ) -> Result<(OwnNode, Arc<SessionToken>)> {
-        self.enter_watching(lock_name, deadline, None)
+        self.enter_watching(lock_name, deadline, None, self.options.lost_on_suspend)
+    }
+
+    /// The token a hold is born with, made when the lock is granted: the wait's own token
+    /// if it is the same kind, else a fresh one, which is lost at once if the connection is
+    /// down now (and `lost_on_suspend` asks for that). `None` if the session is gone.
+    fn hold_token(&self, node: &OwnNode, waited: Arc<SessionToken>) -> Option<Arc<SessionToken>> {
+        if waited.is_lost() {
+            return None;
+        }
+        if !self.options.lost_on_suspend {
+            return Some(waited);
+        }
+        self.client.session_token(node.session, true)
     }
 
     /// [`enter`](Self::enter), the listing that comes with the create watched into
-    /// `line_watch`.
+    /// `line_watch`; the token counts a suspension as a loss if `lost_on_suspend`.
     fn enter_watching(
         &self,
         lock_name: &str,
         deadline: Option<Instant>,
         line_watch: Option<&Sender<WatchEvent>>,
+        lost_on_suspend: bool,
     ) -> Result<(OwnNode, Arc<SessionToken>)> {
         loop {
             let node = self.create_node(lock_name, deadline, line_watch)?;
-            match self
-                .client
-                .session_token(node.session, self.options.lost_on_suspend)
-            {
+            match self.client.session_token(node.session, lost_on_suspend) {
                 Some(token) => return Ok((node, token)),
                 // The session went between the create and now, and the node with it.
                 None => self.leave(&node, deadline),
