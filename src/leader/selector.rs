@@ -242,7 +242,7 @@ impl Inner {
                 Ok(()) => TermOutcome::Completed,
             };
             *self.current.lock() = None;
-            if let Err(e) = self.core.release(&ctx.lease) {
+            if let Err(e) = self.core.release(&ctx.lease, None) {
                 debug!(
                     "{} released {} after losing it: {e}",
                     self.id, self.core.path

@@ -17,6 +17,10 @@ use crate::client::token::SessionToken;
 use crate::client::{Prefetch, WatchKind};
 use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
 
+/// The least time a timed acquire gives its create and first look at the line, however near
+/// its deadline: a timed acquire returns by `max(deadline, start + MIN_ATTEMPT)`.
+pub const MIN_ATTEMPT: Duration = Duration::from_millis(250);
+
 /// What a rule says about our place in line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -236,6 +240,10 @@ impl LockCore {
         cancel: &Receiver<()>,
     ) -> Result<Option<Lease>> {
         let started = Instant::now();
+        // A timed acquire always makes its attempt: the create and the look at the line that
+        // comes with it get at least MIN_ATTEMPT, however near the deadline (so a zero timeout
+        // takes a free lock, as Curator's does). Waiting in line ends at the deadline itself.
+        let attempt_until = deadline.map(|d| d.max(started + MIN_ATTEMPT));
         // Subscribed before anything is created, so no state change can slip past the wait.
         let states = self.client.subscribe();
         // The wake channel exists before any watch is set: a watch that fires at once finds
@@ -245,19 +253,20 @@ impl LockCore {
         let line_watch = (wait && rule.watches_line()).then_some(&wake.0);
         // The token of the wait: a break in the connection while we wait is no loss (we
         // re-check after it); only the hold's own token, made at grant time, may count one.
-        let (mut node, token) = match self.enter_watching(lock_name, deadline, line_watch, false) {
-            Ok(v) => v,
-            Err(e) => {
-                if line_watch.is_some() {
-                    self.client.forget_watch(&self.path, &wake.0);
+        let (mut node, token) =
+            match self.enter_watching(lock_name, attempt_until, line_watch, false) {
+                Ok(v) => v,
+                Err(e) => {
+                    if line_watch.is_some() {
+                        self.client.forget_watch(&self.path, &wake.0);
+                    }
+                    if matches!(e, Error::Timeout { .. }) {
+                        self.counters.timed_out();
+                        return Ok(None);
+                    }
+                    return Err(e);
                 }
-                if matches!(e, Error::Timeout { .. }) {
-                    self.counters.timed_out();
-                    return Ok(None);
-                }
-                return Err(e);
-            }
-        };
+            };
         match self.wait_for_turn(
             &mut node, rule, deadline, wait, &states, &token, cancel, wake,
         ) {
@@ -724,14 +733,14 @@ impl LockCore {
         }
     }
 
-    /// Ends a hold: deletes the node (through the janitor if it cannot now). Errs with
-    /// `SessionLost` if the hold was not certainly valid up to now: lost, or past its lease
-    /// (the loss may simply not have been heard of yet).
-    pub fn release(&self, lease: &Lease) -> Result<()> {
+    /// Ends a hold: deletes the node, waiting at most until `deadline` (what cannot finish by
+    /// then the janitor finishes). Errs with `SessionLost` if the hold was not certainly valid
+    /// up to now: lost, or past its lease (the loss may simply not have been heard of yet).
+    pub fn release(&self, lease: &Lease, deadline: Option<Instant>) -> Result<()> {
         self.counters.released(lease.held_for());
         let held = lease.check_quietly().is_ok();
         self.client.unwatch_hold(&lease.node);
-        self.forget(&lease.node, lease.session_id(), None);
+        self.forget(&lease.node, lease.session_id(), deadline);
         if held {
             Ok(())
         } else {

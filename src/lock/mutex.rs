@@ -188,7 +188,7 @@ impl InterProcessMutex {
                 Err(e) => return Err(e),
             };
             if !sound {
-                self.drop_dead_hold(me, &lease);
+                self.drop_dead_hold(me, &lease, deadline);
                 return Err(Error::SessionLost {
                     session_id: lease.session_id(),
                 });
@@ -269,7 +269,7 @@ impl InterProcessMutex {
 
     /// Forgets this thread's hold on `lease`, which can no longer be trusted, and removes its
     /// node if it is still there. Guards still out on it report the loss when released.
-    fn drop_dead_hold(&self, me: ThreadId, lease: &Arc<Lease>) {
+    fn drop_dead_hold(&self, me: ThreadId, lease: &Arc<Lease>, deadline: Option<Instant>) {
         let removed = {
             let mut holds = self.holds.lock();
             match holds.get(&me) {
@@ -278,14 +278,14 @@ impl InterProcessMutex {
             }
         };
         if removed.is_some() {
-            let _ = self.core.release(lease);
+            let _ = self.core.release(lease, deadline);
         }
     }
 
     /// Releases one guard's share of its hold; the node is deleted when the hold's last guard
     /// goes. A guard whose hold was already dropped as dead releases only its own node, so it
     /// can never take a newer hold's node with it.
-    fn release_guard(&self, lease: &Arc<Lease>) -> Result<()> {
+    fn release_guard(&self, lease: &Arc<Lease>, deadline: Option<Instant>) -> Result<()> {
         let me = thread::current().id();
         {
             let mut holds = self.holds.lock();
@@ -297,7 +297,7 @@ impl InterProcessMutex {
                 holds.remove(&me);
             }
         }
-        self.core.release(lease)
+        self.core.release(lease, deadline)
     }
 
     /// True if some thread of this process holds the lock through this value.
@@ -343,9 +343,15 @@ impl<'a> InterProcessMutexGuard<'a> {
     /// not certainly held up to now (lost, or its lease check failing); the hold is gone either
     /// way. With other guards of the same thread still out (re-entry), the lock stays held
     /// until the last one goes.
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
+        self.release_by(None)
+    }
+
+    /// [`release`](Self::release), waiting at most until `deadline` for the node's deletion
+    /// (the janitor finishes what cannot be done by then).
+    pub(crate) fn release_by(mut self, deadline: Option<Instant>) -> Result<()> {
         self.released = true;
-        self.mutex.release_guard(&self.lease)
+        self.mutex.release_guard(&self.lease, deadline)
     }
 
     /// Turns a write guard of an [`InterProcessReadWriteLock`](super::InterProcessReadWriteLock)
@@ -380,7 +386,7 @@ impl Deref for InterProcessMutexGuard<'_> {
 impl Drop for InterProcessMutexGuard<'_> {
     fn drop(&mut self) {
         if !self.released {
-            if let Err(e) = self.mutex.release_guard(&self.lease) {
+            if let Err(e) = self.mutex.release_guard(&self.lease, None) {
                 warn!("releasing {}: {e}", self.mutex.core.path);
             }
         }

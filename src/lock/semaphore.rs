@@ -137,7 +137,10 @@ impl InterProcessSemaphoreV2 {
             inner
                 .leases
                 .acquire(LEASE_NAME, &CountLeases(inner.max_leases), deadline, wait);
-        drop(internal);
+        // Let go of the internal mutex within the caller's deadline.
+        if let Err(e) = internal.release_by(deadline) {
+            warn!("releasing the internal mutex of {}: {e}", inner.leases.path);
+        }
         Ok(acquired?.map(|lease| SemaphoreLease {
             inner: self.inner.clone(),
             lease,
@@ -165,7 +168,7 @@ impl SemaphoreLease {
     /// Releases the lease now and reports how it ended.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
-        self.inner.leases.release(&self.lease)
+        self.inner.leases.release(&self.lease, None)
     }
 }
 
@@ -179,7 +182,7 @@ impl Deref for SemaphoreLease {
 impl Drop for SemaphoreLease {
     fn drop(&mut self) {
         if !self.released {
-            if let Err(e) = self.inner.leases.release(&self.lease) {
+            if let Err(e) = self.inner.leases.release(&self.lease, None) {
                 warn!("releasing {}: {e}", self.lease.node_path());
             }
         }

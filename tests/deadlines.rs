@@ -1,0 +1,228 @@
+//! Every public timed call of every recipe returns by its deadline, plus a stated epsilon, when
+//! the server stops answering while the call waits in line: with connections refused, and with
+//! a silent server (the connection stays open, nothing comes back). The call's client talks
+//! through its own fault proxy to the shared server; a second client, direct, holds the lock so
+//! that the call queues first.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rstest::rstest;
+use zk_recipes::leader::LeaderLatch;
+use zk_recipes::lock::{
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
+    InterProcessSemaphoreV2, LockOptions,
+};
+use zk_recipes::testing::FaultProxy;
+use zk_recipes::{Client, ConnectionState};
+
+/// How long each call may wait.
+const TIMEOUT: Duration = Duration::from_millis(1500);
+/// What a timed call may take beyond its deadline: scheduling on a loaded 2-core machine.
+const EPSILON: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    MutexFor,
+    MutexUntil,
+    SemaphoreV2,
+    SemaphoreMutex,
+    Read,
+    Write,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Refused,
+    Silent,
+}
+
+impl Call {
+    /// Takes the lock (or leadership) with `client`, for the blocker, and runs `then` while
+    /// holding it.
+    fn while_blocked<R>(self, client: &Client, path: &str, then: impl FnOnce() -> R) -> R {
+        match self {
+            Call::MutexFor | Call::MutexUntil => {
+                let m = InterProcessMutex::new(client, path).unwrap();
+                let _held = m.acquire().unwrap();
+                then()
+            }
+            Call::SemaphoreV2 => {
+                let s = InterProcessSemaphoreV2::new(client, path, 1).unwrap();
+                let _held = s.acquire().unwrap();
+                then()
+            }
+            Call::SemaphoreMutex => {
+                let s = InterProcessSemaphoreMutex::new(client, path).unwrap();
+                let _held = s.acquire().unwrap();
+                then()
+            }
+            Call::Read | Call::Write => {
+                let rw = InterProcessReadWriteLock::new(client, path).unwrap();
+                let _held = rw.write_lock().acquire().unwrap();
+                then()
+            }
+        }
+    }
+
+    /// Where the call's node queues (the blocker's node is there too).
+    fn line(self, path: &str) -> String {
+        match self {
+            Call::SemaphoreV2 | Call::SemaphoreMutex => format!("{path}/leases"),
+            _ => path.to_owned(),
+        }
+    }
+
+    /// Makes the timed call; true if it got the lock.
+    fn timed(self, client: &Client, path: &str) -> bool {
+        match self {
+            Call::MutexFor => InterProcessMutex::new(client, path)
+                .unwrap()
+                .try_acquire_for(TIMEOUT)
+                .is_ok_and(|g| g.is_some()),
+            Call::MutexUntil => InterProcessMutex::new(client, path)
+                .unwrap()
+                .try_acquire_until(Instant::now() + TIMEOUT)
+                .is_ok_and(|g| g.is_some()),
+            Call::SemaphoreV2 => InterProcessSemaphoreV2::new(client, path, 1)
+                .unwrap()
+                .try_acquire_for(TIMEOUT)
+                .is_ok_and(|g| g.is_some()),
+            Call::SemaphoreMutex => InterProcessSemaphoreMutex::new(client, path)
+                .unwrap()
+                .try_acquire_for(TIMEOUT)
+                .is_ok_and(|g| g.is_some()),
+            Call::Read | Call::Write => {
+                let rw = InterProcessReadWriteLock::new(client, path).unwrap();
+                let lock = match self {
+                    Call::Read => rw.read_lock(),
+                    _ => rw.write_lock(),
+                };
+                lock.try_acquire_for(TIMEOUT).is_ok_and(|g| g.is_some())
+            }
+        }
+    }
+}
+
+fn client_through(proxy: &FaultProxy) -> Client {
+    // A session long enough that no loss is decided during the call: only its deadline ends it.
+    connect(&proxy.connect_string(), Duration::from_secs(20))
+}
+
+#[rstest]
+fn every_timed_call_returns_by_its_deadline(
+    #[values(
+        Call::MutexFor,
+        Call::MutexUntil,
+        Call::SemaphoreV2,
+        Call::SemaphoreMutex,
+        Call::Read,
+        Call::Write
+    )]
+    call: Call,
+    #[values(Fault::Refused, Fault::Silent)] fault: Fault,
+) {
+    let direct = connect(&server().connect_string(), Duration::from_secs(20));
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let ours = client_through(&proxy);
+    let path = root(&format!("deadline-{call:?}-{fault:?}").to_lowercase());
+    let states = ours.subscribe();
+    let line = call.line(&path);
+    let (got, took) = call.while_blocked(&direct, &path, || {
+        thread::scope(|s| {
+            let timed = s.spawn(|| {
+                let started = Instant::now();
+                let got = call.timed(&ours, &path);
+                (got, started.elapsed())
+            });
+            // The call waits in line; then the server goes away.
+            assert!(wait_children(&direct, &line, SOON, |c| c.len() == 2));
+            match fault {
+                Fault::Refused => {
+                    proxy.refuse();
+                    next_state(&states, ConnectionState::Suspended);
+                }
+                Fault::Silent => proxy.blackhole(),
+            }
+            timed.join().unwrap()
+        })
+    });
+    proxy.heal();
+    assert!(!got, "{call:?} got the lock from an unreachable server");
+    assert!(
+        took <= TIMEOUT + EPSILON,
+        "{call:?} with {fault:?}: returned after {took:?}, deadline {TIMEOUT:?}"
+    );
+}
+
+#[rstest]
+fn await_leadership_returns_by_its_deadline(#[values(Fault::Refused, Fault::Silent)] fault: Fault) {
+    let direct = connect(&server().connect_string(), Duration::from_secs(20));
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let ours = client_through(&proxy);
+    let path = root("deadline-latch");
+    let leader = LeaderLatch::new(&direct, &path, "blocker").unwrap();
+    leader.start().unwrap();
+    assert!(leader.await_leadership(SOON).unwrap());
+    let latch = LeaderLatch::new(&ours, &path, "ours").unwrap();
+    latch.start().unwrap();
+    assert!(wait_children(&direct, &path, SOON, |c| c.len() == 2));
+    match fault {
+        Fault::Refused => proxy.refuse(),
+        Fault::Silent => proxy.blackhole(),
+    }
+    let started = Instant::now();
+    let led = latch.await_leadership(TIMEOUT);
+    let took = started.elapsed();
+    proxy.heal();
+    latch.close();
+    leader.close();
+    assert!(!matches!(led, Ok(true)));
+    assert!(took <= TIMEOUT + EPSILON, "{fault:?}: {took:?}");
+}
+
+/// A re-entrant timed acquire on a hold that has gone bad drops the hold within its deadline,
+/// even though the node's deletion cannot go out (connections refused).
+#[test]
+fn a_reentrant_timed_acquire_on_a_dead_hold_returns_by_its_deadline() {
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(3))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let mutex = InterProcessMutex::new(&client, &root("deadline-reentrant")).unwrap();
+    let guard = mutex.acquire().unwrap();
+    proxy.refuse();
+    assert!(wait_for(SOON, || guard.check().is_err().then_some(())).is_some());
+    let started = Instant::now();
+    let again = mutex.try_acquire_for(TIMEOUT);
+    let took = started.elapsed();
+    assert!(
+        matches!(again, Err(zk_recipes::Error::SessionLost { .. })),
+        "{again:?}"
+    );
+    assert!(took <= TIMEOUT + EPSILON, "returned after {took:?}");
+    drop(guard);
+    proxy.heal();
+}
+
+/// A zero timeout still makes the attempt: a free lock is taken (as Curator's acquire(0)).
+#[test]
+fn a_zero_timeout_takes_a_free_lock() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("zero-timeout");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    assert!(mutex.try_acquire_for(Duration::ZERO).unwrap().is_some());
+    let semaphore = InterProcessSemaphoreV2::new(&client, &format!("{path}-s"), 1).unwrap();
+    assert!(semaphore.try_acquire_for(Duration::ZERO).unwrap().is_some());
+    let busy = InterProcessMutex::with_options(&client, &path, LockOptions::new()).unwrap();
+    let held = busy.acquire().unwrap();
+    let other = connect(&server().connect_string(), Duration::from_secs(10));
+    let contender = InterProcessMutex::new(&other, &path).unwrap();
+    assert!(contender.try_acquire_for(Duration::ZERO).unwrap().is_none());
+    drop(held);
+}
