@@ -14,8 +14,9 @@ use crate::error::{Error, Result};
 use crate::paths;
 use crate::retry::RetryPolicy;
 
-/// Configures and opens a [`Client`].
-#[derive(Debug, Clone)]
+/// Configures and opens a [`Client`]. Its `Debug` shows the auth schemes, never the
+/// credentials.
+#[derive(Clone)]
 pub struct ClientBuilder {
     connect_string: String,
     auth: Vec<(String, Vec<u8>)>,
@@ -26,6 +27,23 @@ pub struct ClientBuilder {
     namespace: Option<String>,
     allow_read_only: bool,
     tick_time: Duration,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let schemes: Vec<&str> = self.auth.iter().map(|(s, _)| s.as_str()).collect();
+        f.debug_struct("ClientBuilder")
+            .field("connect_string", &self.connect_string)
+            .field("auth_schemes", &schemes)
+            .field("acl", &self.acl)
+            .field("session_timeout", &self.session_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("tick_time", &self.tick_time)
+            .field("retry", &self.retry)
+            .field("namespace", &self.namespace)
+            .field("allow_read_only", &self.allow_read_only)
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -232,6 +250,18 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_a_credential() {
+        let secret = b"batch:s3cret".to_vec();
+        let shown = format!(
+            "{:?}",
+            Client::builder("h:1").authorization("digest", secret.clone())
+        );
+        assert!(!shown.contains(&format!("{secret:?}")), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("digest"), "{shown}");
+    }
 
     #[test]
     fn builder_refuses_bad_settings_before_connecting() {
