@@ -853,7 +853,11 @@ impl Core {
                 // follower passed on before it forwarded the write (see `touches`). Only
                 // answers given after the leader checked the session count: not one from the
                 // server we talk to alone (a read-only one, a throttled or refused request).
-                if pending.anchors && leader_checked(header.err) && !beats.read_only {
+                if pending.anchors
+                    && header.zxid > 0
+                    && leader_checked(header.err)
+                    && !beats.read_only
+                {
                     if let Some(touch) = beats.touches.leader_answered(pending.sent) {
                         self.answered(touch);
                     }
@@ -983,10 +987,11 @@ fn shuffle<T>(items: &mut [T]) {
 }
 
 /// True for a write's answers that the leader gives only after it found the session alive:
-/// success, and the errors its checks after that raise (no node, no auth, bad version, no
-/// children for ephemerals, node exists, not empty).
+/// success, and the errors its checks after that raise (no node, bad version, no children for
+/// ephemerals, node exists, not empty). Not `NoAuth`: with `enableEagerACLCheck` a follower
+/// answers it alone (and with zxid 0, which `on_frame` refuses too).
 fn leader_checked(err: i32) -> bool {
-    matches!(err, 0 | -101 | -102 | -103 | -108 | -110 | -111)
+    matches!(err, 0 | -101 | -103 | -108 | -110 | -111)
 }
 
 /// What `track_connecting` refusing means.
