@@ -323,3 +323,94 @@ fn a_read_only_server_never_extends_the_lease() {
         after - before
     );
 }
+
+/// A transaction's answer carries its own failure in its results, under a header that says
+/// 0. When a session is being expired, the leader answers each of its operations
+/// `SessionExpired` that way (its session check fails per operation), and the answer reaches
+/// the client before the session's close does. Such an answer must not move the lease bound;
+/// one whose operations all passed the leader's session check does (the control).
+#[rstest]
+#[case::an_expired_session_s_transaction(true)]
+#[case::a_transaction_that_passed(false)]
+fn a_transaction_moves_the_lease_bound_only_when_its_operations_passed(#[case] expired: bool) {
+    init_logs();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else {
+            return;
+        };
+        if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+            return;
+        }
+        while let Some(req) = read_frame(&mut s) {
+            let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+            let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+            let answer = match (xid, opcode) {
+                (-2, _) => reply(-2, &[]),
+                (_, 14) => {
+                    // One result, then the closing header: (type, done, err) each.
+                    let mut r = Vec::new();
+                    if expired {
+                        r.extend_from_slice(&(-1i32).to_be_bytes());
+                        r.push(0);
+                        r.extend_from_slice(&(-112i32).to_be_bytes());
+                        r.extend_from_slice(&(-112i32).to_be_bytes());
+                    } else {
+                        r.extend_from_slice(&13i32.to_be_bytes());
+                        r.push(0);
+                        r.extend_from_slice(&0i32.to_be_bytes());
+                    }
+                    r.extend_from_slice(&(-1i32).to_be_bytes());
+                    r.push(1);
+                    r.extend_from_slice(&(-1i32).to_be_bytes());
+                    reply(xid, &r)
+                }
+                _ => reply(xid, &[0; 68]),
+            };
+            if s.write_all(&answer).is_err() {
+                return;
+            }
+        }
+    });
+    let tick = Duration::from_millis(100);
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .tick_time(tick)
+        .connect()
+        .unwrap();
+    // A touch the leader would have learned of by the time a write sent a tick later reaches
+    // it: an answered read, then a tick of quiet (time the bound's rule needs to pass; no
+    // event marks it).
+    assert!(client.exists("/x").unwrap().is_some());
+    thread::sleep(tick + tick / 2);
+    let before = client.session_valid_until().expect("a lease bound");
+    let result = client.multi(&[zk_recipes::Op::Check {
+        path: "/x".into(),
+        version: None,
+    }]);
+    let after = client.session_valid_until().expect("a lease bound");
+    if expired {
+        assert!(
+            matches!(
+                result,
+                Err(Error::ZooKeeper {
+                    code: zk_recipes::ZkCode::SessionExpired,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(
+            after <= before,
+            "a transaction the leader refused moved the lease bound by {:?}",
+            after - before
+        );
+    } else {
+        assert!(result.is_ok(), "{result:?}");
+        assert!(
+            after > before,
+            "a transaction that passed did not move the bound"
+        );
+    }
+}

@@ -42,13 +42,25 @@ pub(crate) struct Outgoing {
     pub frame: Vec<u8>,
     /// The watch to register if the server sets it.
     pub watch: Option<WatchReg>,
-    /// Its answer proves the session alive at the leader at send time (it went through the
-    /// leader: a write or a sync), so it may extend the lease bound.
-    pub anchors: bool,
+    /// Whether, and how, its answer may extend the lease bound (see `touches`).
+    pub anchors: Anchors,
     /// The session layer's own lease heartbeat.
     pub heartbeat: bool,
     /// The watch on a held node: a `NoNode` answer means the hold is over.
     pub hold: bool,
+}
+
+/// What a request's answer says about the leader's view of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Anchors {
+    /// Nothing: the server we talk to may answer it alone (reads, `sync`, pings, our own).
+    No,
+    /// A write: the leader checks the session before it takes it into its pipeline; its
+    /// header's error code says whether that check passed.
+    Write,
+    /// A transaction: the leader checks the session per operation, and a failed check shows
+    /// in the results only (the header says 0).
+    Transaction,
 }
 
 /// A request on the wire, waiting for its answer.
@@ -58,7 +70,7 @@ pub(crate) struct Pending {
     /// Dropped unanswered when the connection dies: its caller then gets `None`.
     pub answer: Promise<Reply>,
     pub watch: Option<WatchReg>,
-    pub anchors: bool,
+    pub anchors: Anchors,
     pub heartbeat: bool,
     pub hold: bool,
 }

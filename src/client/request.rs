@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::conn::{Outgoing, Reply};
+use super::conn::{Anchors, Outgoing, Reply};
 use super::proto::{self, op, Decoded, Enc, Malformed};
 use super::types::{ClientInfo, CreateMode, Op, OpResult};
 use super::watches::{WatchReg, WatchType};
@@ -219,20 +219,20 @@ impl<'a> Req<'a> {
         }
     }
 
-    /// True for writes: the leader checks the session before it takes them into its pipeline,
-    /// so their answers can vouch for touches the leader applied before them (see
-    /// `touches`). Not `sync`: a follower answers it with the leader's go-ahead, which
-    /// carries no session check.
-    fn anchors(&self) -> bool {
-        matches!(
-            self,
+    /// Writes: the leader checks the session before it takes them into its pipeline, so their
+    /// answers can vouch for touches the leader applied before them (see `touches`). Not
+    /// `sync`: a follower answers it with the leader's go-ahead, which carries no session
+    /// check.
+    fn anchors(&self) -> Anchors {
+        match self {
             Req::Create { .. }
-                | Req::Delete { .. }
-                | Req::SetData { .. }
-                | Req::Check { .. }
-                | Req::SetAcl { .. }
-                | Req::Multi(_)
-        )
+            | Req::Delete { .. }
+            | Req::SetData { .. }
+            | Req::Check { .. }
+            | Req::SetAcl { .. } => Anchors::Write,
+            Req::Multi(_) => Anchors::Transaction,
+            _ => Anchors::No,
+        }
     }
 
     /// The watcher to register when the server sets the watch.
@@ -270,11 +270,44 @@ pub(crate) fn op_result(op: &Op, reply: &Reply) -> Decoded<OpResult> {
     })
 }
 
+/// True for a write's answers that the leader gives only after it found the session alive:
+/// success, and the errors its checks after that raise (no node, bad version, no children for
+/// ephemerals, node exists, not empty). Not `NoAuth`: with `enableEagerACLCheck` a follower
+/// answers it alone (and with zxid 0, which the session layer refuses too).
+pub(crate) fn leader_checked(err: i32) -> bool {
+    matches!(err, 0 | -101 | -103 | -108 | -110 | -111)
+}
+
+/// True when the leader checked the session for this answer to a write (`anchors`).
+pub(crate) fn leader_vouched(anchors: Anchors, reply: &Reply) -> bool {
+    if reply.header.zxid <= 0 {
+        return false;
+    }
+    match anchors {
+        Anchors::No => false,
+        Anchors::Write => leader_checked(reply.header.err),
+        // The leader checks the session in each operation before anything else; the first
+        // failure rolls the rest back (-2), the ones before it show 0. An empty transaction
+        // is checked nowhere.
+        Anchors::Transaction => {
+            reply.header.err == 0
+                && multi_results(reply, usize::MAX).is_ok_and(|results| {
+                    !results.is_empty()
+                        && results.iter().all(|r| {
+                            r.as_ref()
+                                .map_or_else(|&c| c == -2 || leader_checked(c), |_| true)
+                        })
+                })
+        }
+    }
+}
+
 /// A transaction's per-operation results: `Err(code)` for an operation that failed (0 for one
 /// that would have succeeded but was rolled back with the failure before it, -2 for one after).
+/// `expected`: how many operations were sent (`usize::MAX`: not known).
 pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Result<OpResult, i32>>> {
     let mut d = reply.record();
-    let mut out = Vec::with_capacity(expected);
+    let mut out = Vec::with_capacity(expected.min(64));
     loop {
         let (kind, done, _err) = proto::multi_header(&mut d)?;
         if done {
@@ -299,7 +332,7 @@ pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Resul
             return Err(Malformed("more results than operations"));
         }
     }
-    if out.len() != expected {
+    if expected != usize::MAX && out.len() != expected {
         return Err(Malformed("fewer results than operations"));
     }
     Ok(out)

@@ -21,12 +21,12 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
-use super::conn::{self, bound, dial, timed_out, FrameReader, Outbox, Outgoing};
+use super::conn::{self, bound, dial, timed_out, Anchors, FrameReader, Outbox, Outgoing};
 use super::events::{Job, Then};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
-use super::request::Req;
+use super::request::{self, Req};
 use super::slot::Awaited;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
@@ -50,7 +50,7 @@ const NO_NODE: i32 = -101;
 struct Beats {
     /// When the unanswered ping went out.
     ping_sent: Option<Instant>,
-    /// A lease heartbeat (sync) waits for its answer.
+    /// A lease heartbeat (a check-only transaction) waits for its answer.
     heartbeat_out: bool,
     /// When the last heartbeat was answered: the next goes out a tick later at the earliest,
     /// so that it can vouch for the touch before it (see `touches`).
@@ -853,19 +853,17 @@ impl Core {
                 // follower passed on before it forwarded the write (see `touches`). Only
                 // answers given after the leader checked the session count: not one from the
                 // server we talk to alone (a read-only one, a throttled or refused request).
-                if pending.anchors
-                    && header.zxid > 0
-                    && leader_checked(header.err)
-                    && !beats.read_only
-                {
+                let err = header.err;
+                let reply = conn::Reply { header, frame };
+                if !beats.read_only && request::leader_vouched(pending.anchors, &reply) {
                     if let Some(touch) = beats.touches.leader_answered(pending.sent) {
                         self.answered(touch);
                     }
                 }
-                if header.err == 0 || header.err == NO_NODE {
+                if err == 0 || err == NO_NODE {
                     beats.touches.touched(pending.sent, now);
                 }
-                pending.answer.fulfil(conn::Reply { header, frame });
+                pending.answer.fulfil(reply);
             }
         }
         Ok(())
@@ -936,7 +934,7 @@ impl Core {
             let close = Outgoing {
                 frame: Enc::request(0, op::CLOSE_SESSION).finish(),
                 watch: None,
-                anchors: false,
+                anchors: Anchors::No,
                 heartbeat: false,
                 hold: false,
             };
@@ -984,14 +982,6 @@ fn shuffle<T>(items: &mut [T]) {
         x ^= x << 17;
         items.swap(i, (x % (i as u64 + 1)) as usize);
     }
-}
-
-/// True for a write's answers that the leader gives only after it found the session alive:
-/// success, and the errors its checks after that raise (no node, bad version, no children for
-/// ephemerals, node exists, not empty). Not `NoAuth`: with `enableEagerACLCheck` a follower
-/// answers it alone (and with zxid 0, which `on_frame` refuses too).
-fn leader_checked(err: i32) -> bool {
-    matches!(err, 0 | -101 | -103 | -108 | -110 | -111)
 }
 
 /// What `track_connecting` refusing means.
