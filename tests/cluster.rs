@@ -139,28 +139,39 @@ fn a_partitioned_follower_s_holder_stops_vouching_before_the_majority_grants_the
         .exists("/")
         .expect("the isolated follower should still answer reads");
 
-    // The majority side queues for the lock meanwhile.
-    let (last_ok, failed_at, acquired_at) = std::thread::scope(|s| {
+    let (failed_at, acquired_at) = vouching_race(&guard, &contender, &path);
+    cluster.rejoin(follower);
+    assert_vouched_before(failed_at, acquired_at);
+}
+
+/// The majority side's client queues for the lock at `path` while the old holder's `check()`
+/// is sampled every millisecond. Returns when the old holder first stopped vouching (every
+/// `Ok` came before) and when the other client's acquire returned.
+fn vouching_race(
+    guard: &zk_recipes::InterProcessMutexGuard<'_>,
+    contender: &zk_recipes::Client,
+    path: &str,
+) -> (Instant, Instant) {
+    std::thread::scope(|s| {
         let other = s.spawn(|| {
-            let other = InterProcessMutex::new(&contender, &path).unwrap();
+            let other = InterProcessMutex::new(contender, path).unwrap();
             let taken = other.acquire().expect("the majority side takes the lock");
             let acquired_at = Instant::now();
             drop(taken);
             acquired_at
         });
-        // The holder vouches (check() Ok) until it cannot; sampled every millisecond.
-        let mut last_ok = None;
         let give_up = Instant::now() + SOON;
         let failed_at = loop {
-            match guard.check() {
-                Ok(()) if Instant::now() < give_up => last_ok = Some(Instant::now()),
-                _ => break Instant::now(),
+            if guard.check().is_err() || Instant::now() >= give_up {
+                break Instant::now();
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-        (last_ok, failed_at, other.join().unwrap())
-    });
-    cluster.rejoin(follower);
+        (failed_at, other.join().unwrap())
+    })
+}
+
+fn assert_vouched_before(failed_at: Instant, acquired_at: Instant) {
     eprintln!(
         "check() failed {:?} before the majority side got the lock",
         acquired_at.saturating_duration_since(failed_at)
@@ -170,7 +181,59 @@ fn a_partitioned_follower_s_holder_stops_vouching_before_the_majority_grants_the
         "the old holder's check() first failed {:?} after the majority side got the lock",
         failed_at - acquired_at
     );
-    if let Some(ok) = last_ok {
-        assert!(ok < acquired_at);
+}
+
+/// A stalled leader (a long GC pause) pings no follower, so the touches a follower takes
+/// meanwhile stay with it. A write sent during the stall waits in the leader's socket; the
+/// follower is then cut off one way (the leader still reaches it, it no longer reaches the
+/// leader), and the leader resumes: it answers the write, through the follower, without
+/// having heard of any touch since the stall began, and later expires the session from the
+/// touch before the stall. The answer must not let the holder vouch for the stall's touches.
+#[test]
+fn a_write_answered_after_a_leader_stall_does_not_vouch_for_touches_the_leader_missed() {
+    init_logs();
+    let cluster = TestingCluster::partitionable(3, ServerOptions::default()).unwrap();
+    let leader = cluster.wait_for_leader(SOON).expect("a leader");
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let majority: Vec<String> = (0..3)
+        .filter(|&i| i != follower)
+        .map(|i| cluster.addr(i).to_string())
+        .collect();
+    let session = Duration::from_secs(4);
+    let holder = connect(&cluster.addr(follower).to_string(), session);
+    let contender = connect(&majority.join(","), session);
+    let path = root("stalled-leader");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    let guard = held.acquire().unwrap();
+
+    cluster.pause(leader);
+    // Busy on the follower while the leader is frozen: every read touches the session there,
+    // and none of those touches reaches the leader. The length is the adversary's choice.
+    let busy_until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < busy_until {
+        holder.exists("/").unwrap();
     }
+    let before = cluster
+        .sent_bytes(follower, leader)
+        .expect("a proxied link");
+    let (failed_at, acquired_at) = std::thread::scope(|s| {
+        let write =
+            s.spawn(|| holder.create(&format!("{path}-write"), b"", CreateMode::Persistent));
+        // The follower forwarded the write: it lies in the frozen leader's socket.
+        wait_for(SOON, || {
+            (cluster.sent_bytes(follower, leader) > Some(before)).then_some(())
+        })
+        .expect("the follower forwards the write");
+        assert!(cluster.hold_sends(follower, leader));
+        // The stall goes on past the write (the adversary's choice), then ends.
+        std::thread::sleep(Duration::from_millis(300));
+        cluster.resume(leader);
+        write
+            .join()
+            .unwrap()
+            .expect("the resumed leader answers the write");
+        vouching_race(&guard, &contender, &path)
+    });
+    cluster.rejoin(follower);
+    assert_vouched_before(failed_at, acquired_at);
 }

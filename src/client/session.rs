@@ -856,7 +856,7 @@ impl Core {
                 let err = header.err;
                 let reply = conn::Reply { header, frame };
                 if !beats.read_only && request::leader_vouched(pending.anchors, &reply) {
-                    if let Some(touch) = beats.touches.leader_answered(pending.sent) {
+                    if let Some(touch) = beats.touches.leader_answered(pending.sent, now) {
                         self.answered(touch);
                     }
                 }

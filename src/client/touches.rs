@@ -22,11 +22,16 @@
 //! the interval `(t1, f2)` spans two ping periods, and a ping late by up to half a tick still
 //! falls inside it.
 //!
-//! Hence the rule kept here, per connection: when an answer from the leader's side arrives
-//! for something sent at `s2`, the bound may move to the send time of the latest answered
-//! request or ping whose answer came at least a tick before `s2`. Two things also anchor: the
-//! handshake (the leader creates or revalidates the session after we sent it), and nothing
-//! from a read-only server (it has no leader).
+//! This rests on the leader pinging while it runs. A stalled leader (a long GC pause) pings
+//! nobody: the follower keeps our touches, and a request forwarded meanwhile waits in the
+//! leader's socket ahead of the ping reply the leader asks for when it resumes. So an answer
+//! that took longer than half a tick vouches for nothing: the stall covered part of its trip.
+//!
+//! Hence the rule kept here, per connection: when an answer from the leader's side arrives,
+//! within half a tick, for something sent at `s2`, the bound may move to the send time of the
+//! latest answered request or ping whose answer came at least a tick before `s2`. Two things
+//! also anchor: the handshake (the leader creates or revalidates the session after we sent
+//! it), and nothing from a read-only server (it has no leader).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -66,9 +71,15 @@ impl Touches {
         self.seen.push_back((sent, answered));
     }
 
-    /// Something sent at `sent` was answered through the leader. Returns the send time of the
-    /// latest touch the leader had certainly applied before it answered, if any.
-    pub fn leader_answered(&mut self, sent: Instant) -> Option<Instant> {
+    /// Something sent at `sent` was answered through the leader at `answered`. Returns the
+    /// send time of the latest touch the leader had certainly applied before it answered, if
+    /// any. Nothing when the answer took longer than half a tick: the leader (or our
+    /// follower) stalled while the request was on its way, and a stalled leader pings nobody,
+    /// so the follower may not have passed our touches on ahead of the request.
+    pub fn leader_answered(&mut self, sent: Instant, answered: Instant) -> Option<Instant> {
+        if answered > sent + self.relay / 2 {
+            return None;
+        }
         let settled = |&(_, answered): &(Instant, Instant)| answered + self.relay <= sent;
         while self.seen.len() >= 2 && self.seen.get(1).is_some_and(settled) {
             self.seen.pop_front();
@@ -95,12 +106,21 @@ mod tests {
         touches.touched(at(t0, 50), at(t0, 55));
         touches.touched(at(t0, 300), at(t0, 305));
         // Sent 60 ms after the last answer: nothing is a tick older.
-        assert_eq!(touches.leader_answered(at(t0, 60)), None);
+        assert_eq!(touches.leader_answered(at(t0, 60), at(t0, 65)), None);
         // Sent at 160: the touch answered at 55 is settled, the one at 305 is not.
-        assert_eq!(touches.leader_answered(at(t0, 160)), Some(at(t0, 50)));
+        assert_eq!(
+            touches.leader_answered(at(t0, 160), at(t0, 165)),
+            Some(at(t0, 50))
+        );
         // Later, the newest settled one.
-        assert_eq!(touches.leader_answered(at(t0, 405)), Some(at(t0, 300)));
-        assert_eq!(touches.leader_answered(at(t0, 1000)), Some(at(t0, 300)));
+        assert_eq!(
+            touches.leader_answered(at(t0, 405), at(t0, 410)),
+            Some(at(t0, 300))
+        );
+        assert_eq!(
+            touches.leader_answered(at(t0, 1000), at(t0, 1005)),
+            Some(at(t0, 300))
+        );
     }
 
     #[test]
@@ -112,7 +132,25 @@ mod tests {
         for ms in (0..=400).step_by(20).map(|m| m as u64) {
             touches.touched(at(t0, ms), at(t0, ms + 2));
         }
-        assert_eq!(touches.leader_answered(at(t0, 1200)), Some(at(t0, 400)));
+        assert_eq!(
+            touches.leader_answered(at(t0, 1200), at(t0, 1205)),
+            Some(at(t0, 400))
+        );
+    }
+
+    #[test]
+    fn a_slow_answer_vouches_for_nothing() {
+        // The same touches; the write sent at 405 was answered 60 ms later, more than half a
+        // tick: the leader stalled meanwhile, and may not have had the follower's touches.
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        touches.touched(at(t0, 0), at(t0, 5));
+        touches.touched(at(t0, 300), at(t0, 305));
+        assert_eq!(touches.leader_answered(at(t0, 405), at(t0, 465)), None);
+        assert_eq!(
+            touches.leader_answered(at(t0, 405), at(t0, 450)),
+            Some(at(t0, 300))
+        );
     }
 
     #[test]

@@ -239,6 +239,25 @@ impl TestingCluster {
         self.each_link_of(i, FaultProxy::heal)
     }
 
+    /// Holds every byte member `from` sends to member `to` on the quorum link `from` opened
+    /// to `to` (a follower's link to its leader), while `to` still reaches `from`: one way of
+    /// a partition, until [`rejoin`](Self::rejoin)`(from)`. False if there is no such link
+    /// (not [`partitionable`](Self::partitionable), or `from == to`).
+    pub fn hold_sends(&self, from: usize, to: usize) -> bool {
+        self.link(from, to).map(FaultProxy::hold_requests).is_some()
+    }
+
+    /// Bytes member `from` has delivered to member `to` on the quorum link it opened to it;
+    /// `None` without such a link. A test waits for it to grow to know that something the
+    /// member forwarded reached the other.
+    pub fn sent_bytes(&self, from: usize, to: usize) -> Option<u64> {
+        self.link(from, to).map(FaultProxy::requests_passed)
+    }
+
+    fn link(&self, from: usize, to: usize) -> Option<&FaultProxy> {
+        self.members.get(from)?.links.get(to)?.as_ref()
+    }
+
     /// Applies `f` to every quorum link from and to member `i`; false if there are none.
     fn each_link_of(&self, i: usize, f: impl Fn(&FaultProxy)) -> bool {
         let mut any = false;

@@ -18,6 +18,8 @@ enum Mode {
     Blackhole,
     /// Requests pass, replies are held: the server acts, the client never hears.
     HoldReplies,
+    /// Replies pass, requests are held: the server talks, never hears back.
+    HoldRequests,
     Refuse,
 }
 
@@ -34,6 +36,8 @@ struct Shared {
     stopping: AtomicBool,
     held: AtomicU64,
     accepted: AtomicU64,
+    /// Bytes delivered from clients to the server.
+    requests_passed: AtomicU64,
 }
 
 /// A TCP proxy in front of one server, for fault tests.
@@ -63,6 +67,7 @@ impl FaultProxy {
             stopping: AtomicBool::new(false),
             held: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
+            requests_passed: AtomicU64::new(0),
         });
         let s = shared.clone();
         let acceptor = thread::Builder::new()
@@ -104,6 +109,19 @@ impl FaultProxy {
     /// [`cut`](Self::cut): the server applies a request whose answer the client never gets.
     pub fn hold_replies(&self) {
         *self.shared.mode.lock() = Mode::HoldReplies;
+    }
+
+    /// Lets replies through but holds every request until [`heal`](Self::heal) or
+    /// [`cut`](Self::cut): one direction of a partition (the server's side never hears the
+    /// client again, the client still hears the server).
+    pub fn hold_requests(&self) {
+        *self.shared.mode.lock() = Mode::HoldRequests;
+    }
+
+    /// Bytes delivered from clients to the server so far: a test can wait for it to grow to
+    /// know a request reached the server.
+    pub fn requests_passed(&self) -> u64 {
+        self.shared.requests_passed.load(Ordering::SeqCst)
     }
 
     /// Closes current connections and refuses new ones until [`heal`](Self::heal).
@@ -211,6 +229,7 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
         let hold = match *shared.mode.lock() {
             Mode::Blackhole => true,
             Mode::HoldReplies => replies,
+            Mode::HoldRequests => !replies,
             Mode::Pass | Mode::Refuse => false,
         };
         if hold {
@@ -221,6 +240,11 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
             shared.held.store(0, Ordering::SeqCst);
             if to.write_all(&pending).is_err() {
                 break;
+            }
+            if !replies {
+                shared
+                    .requests_passed
+                    .fetch_add(pending.len() as u64, Ordering::SeqCst);
             }
             pending.clear();
         }
