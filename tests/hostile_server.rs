@@ -324,15 +324,68 @@ fn a_read_only_server_never_extends_the_lease() {
     );
 }
 
-/// A transaction's answer carries its own failure in its results, under a header that says
-/// 0. When a session is being expired, the leader answers each of its operations
-/// `SessionExpired` that way (its session check fails per operation), and the answer reaches
-/// the client before the session's close does. Such an answer must not move the lease bound;
-/// one whose operations all passed the leader's session check does (the control).
+/// What the fake answers a write with, in `answers_that_the_leader_did_not_vouch_for...`.
+#[derive(Clone, Copy, Debug)]
+enum WriteAnswer {
+    /// A transaction whose one check passed.
+    TransactionPassed,
+    /// A transaction whose check failed `SessionExpired`, under a header that says 0: what the
+    /// leader answers while it expires the session (its check runs per operation).
+    TransactionExpired,
+    /// A write that succeeded, with the zxid of a transaction.
+    WritePassed,
+    /// `NoAuth`: with `enableEagerACLCheck` a follower answers it alone.
+    WriteNoAuth,
+    /// Success with zxid 0: no transaction made it, the server we talk to answered alone.
+    WriteZxidZero,
+}
+
+fn write_answer(how: WriteAnswer, xid: i32) -> Vec<u8> {
+    // Reply header: xid, zxid, err; then the record.
+    let answer = |zxid: i64, err: i32, record: &[u8]| {
+        let mut b = Vec::new();
+        b.extend_from_slice(&xid.to_be_bytes());
+        b.extend_from_slice(&zxid.to_be_bytes());
+        b.extend_from_slice(&err.to_be_bytes());
+        b.extend_from_slice(record);
+        frame(&b)
+    };
+    // A transaction's results: one (type, done, err) header each, then the closing one.
+    let result = |kind: i32, err: i32| {
+        let mut r = Vec::new();
+        r.extend_from_slice(&kind.to_be_bytes());
+        r.push(0);
+        r.extend_from_slice(&err.to_be_bytes());
+        if kind == -1 {
+            r.extend_from_slice(&err.to_be_bytes());
+        }
+        r.extend_from_slice(&(-1i32).to_be_bytes());
+        r.push(1);
+        r.extend_from_slice(&(-1i32).to_be_bytes());
+        r
+    };
+    match how {
+        WriteAnswer::TransactionPassed => answer(9, 0, &result(13, 0)),
+        WriteAnswer::TransactionExpired => answer(9, 0, &result(-1, -112)),
+        WriteAnswer::WritePassed => answer(9, 0, &[0; 68]),
+        WriteAnswer::WriteNoAuth => answer(9, -102, &[]),
+        WriteAnswer::WriteZxidZero => answer(0, 0, &[0; 68]),
+    }
+}
+
+/// Only an answer the leader gave after it found the session alive moves the lease bound.
+/// Each case answers one write (a transaction or a `setData`) its way; the controls show the
+/// bound does move for a write that passed.
 #[rstest]
-#[case::an_expired_session_s_transaction(true)]
-#[case::a_transaction_that_passed(false)]
-fn a_transaction_moves_the_lease_bound_only_when_its_operations_passed(#[case] expired: bool) {
+#[case::an_expired_session_s_transaction(WriteAnswer::TransactionExpired, false)]
+#[case::no_auth_from_a_follower_alone(WriteAnswer::WriteNoAuth, false)]
+#[case::an_answer_without_a_transaction(WriteAnswer::WriteZxidZero, false)]
+#[case::a_transaction_that_passed(WriteAnswer::TransactionPassed, true)]
+#[case::a_write_that_passed(WriteAnswer::WritePassed, true)]
+fn only_answers_the_leader_vouched_for_move_the_lease_bound(
+    #[case] how: WriteAnswer,
+    #[case] moves: bool,
+) {
     init_logs();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -348,24 +401,8 @@ fn a_transaction_moves_the_lease_bound_only_when_its_operations_passed(#[case] e
             let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
             let answer = match (xid, opcode) {
                 (-2, _) => reply(-2, &[]),
-                (_, 14) => {
-                    // One result, then the closing header: (type, done, err) each.
-                    let mut r = Vec::new();
-                    if expired {
-                        r.extend_from_slice(&(-1i32).to_be_bytes());
-                        r.push(0);
-                        r.extend_from_slice(&(-112i32).to_be_bytes());
-                        r.extend_from_slice(&(-112i32).to_be_bytes());
-                    } else {
-                        r.extend_from_slice(&13i32.to_be_bytes());
-                        r.push(0);
-                        r.extend_from_slice(&0i32.to_be_bytes());
-                    }
-                    r.extend_from_slice(&(-1i32).to_be_bytes());
-                    r.push(1);
-                    r.extend_from_slice(&(-1i32).to_be_bytes());
-                    reply(xid, &r)
-                }
+                // setData 5, multi 14.
+                (_, 5 | 14) => write_answer(how, xid),
                 _ => reply(xid, &[0; 68]),
             };
             if s.write_all(&answer).is_err() {
@@ -385,32 +422,28 @@ fn a_transaction_moves_the_lease_bound_only_when_its_operations_passed(#[case] e
     assert!(client.exists("/x").unwrap().is_some());
     thread::sleep(tick + tick / 2);
     let before = client.session_valid_until().expect("a lease bound");
-    let result = client.multi(&[zk_recipes::Op::Check {
-        path: "/x".into(),
-        version: None,
-    }]);
+    let result = match how {
+        WriteAnswer::TransactionPassed | WriteAnswer::TransactionExpired => client
+            .multi(&[zk_recipes::Op::Check {
+                path: "/x".into(),
+                version: None,
+            }])
+            .map(drop),
+        _ => client.set_data("/x", b"1", None).map(drop),
+    };
     let after = client.session_valid_until().expect("a lease bound");
-    if expired {
-        assert!(
-            matches!(
-                result,
-                Err(Error::ZooKeeper {
-                    code: zk_recipes::ZkCode::SessionExpired,
-                    ..
-                })
-            ),
-            "{result:?}"
-        );
+    let refused = matches!(
+        how,
+        WriteAnswer::TransactionExpired | WriteAnswer::WriteNoAuth
+    );
+    assert_eq!(result.is_err(), refused, "{result:?}");
+    if moves {
+        assert!(after > before, "a write that passed did not move the bound");
+    } else {
         assert!(
             after <= before,
-            "a transaction the leader refused moved the lease bound by {:?}",
+            "{how:?} moved the lease bound by {:?}",
             after - before
-        );
-    } else {
-        assert!(result.is_ok(), "{result:?}");
-        assert!(
-            after > before,
-            "a transaction that passed did not move the bound"
         );
     }
 }
