@@ -81,3 +81,44 @@ fn idle_library_threads_do_not_wake_up() {
     assert!(busy.is_empty(), "threads woke while idle: {busy:?}");
     assert!(waiter.join().unwrap().unwrap().is_none());
 }
+
+/// The last client xid the server saw on the connection of session `id` (`cons`); pings carry
+/// no xid of their own, so this moves only with requests.
+fn last_cxid(s: &zk_recipes::testing::TestingServer, id: zk_recipes::SessionId) -> Option<u64> {
+    let cons = s.four_letter("cons").ok()?;
+    let line = cons
+        .lines()
+        .find(|l| l.contains(&format!("sid=0x{:x},", id.0)))?;
+    let hex = line
+        .split("lcxid=0x")
+        .nth(1)?
+        .split(|c| c == ',' || c == ')')
+        .next()?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// The lease heartbeat is a write through the leader: a client that holds nothing sends none
+/// (the ensemble pays nothing for idle clients), one that holds a lock keeps sending them.
+#[test]
+fn only_a_client_that_holds_something_sends_lease_heartbeats() {
+    let s = server();
+    let session = Duration::from_secs(2);
+    let idle = connect(&s.connect_string(), session);
+    let holder = connect(&s.connect_string(), session);
+    let mutex = InterProcessMutex::new(&holder, &root("heartbeats")).unwrap();
+    let _guard = mutex.acquire().unwrap();
+    let idle_id = idle.session_id().unwrap();
+    let holder_id = holder.session_id().unwrap();
+    let idle_before = last_cxid(&s, idle_id).expect("the idle client's connection");
+    let holder_before = last_cxid(&s, holder_id).expect("the holder's connection");
+    // Two heartbeats of the holder (one per half session at most) span the window.
+    wait_for(Duration::from_secs(10), || {
+        (last_cxid(&s, holder_id)? >= holder_before + 2).then_some(())
+    })
+    .expect("the holder sent no heartbeats");
+    assert_eq!(
+        last_cxid(&s, idle_id),
+        Some(idle_before),
+        "a client that holds nothing sent a request"
+    );
+}

@@ -164,6 +164,10 @@ impl Client {
     /// depend on any event being delivered, stops advancing as soon as the connection goes
     /// silent or the server loses its leader, and never moves on a read-only server. `None`
     /// when there is no session.
+    ///
+    /// While the client holds something (a lock, a lease, a leadership, or waits for one), a
+    /// heartbeat write keeps the bound at least half a session timeout ahead; while it holds
+    /// nothing, only its own writes move it (an idle client writes nothing).
     pub fn session_valid_until(&self) -> Option<Instant> {
         self.core.session_valid_until()
     }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -108,6 +108,9 @@ pub(crate) struct Core {
     subscribers: Subscribers,
     /// Tokens of things held under a session, marked when that session is lost.
     tokens: Mutex<Vec<Weak<SessionToken>>>,
+    /// How many of those are alive: while none is, nothing is held and no lease heartbeat goes
+    /// out (a client that holds nothing costs the ensemble no writes).
+    live_tokens: Arc<AtomicUsize>,
     pub counters: Counters,
     last_zxid: AtomicI64,
     epochs: AtomicU64,
@@ -182,6 +185,7 @@ impl Core {
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
             tokens: Mutex::new(Vec::new()),
+            live_tokens: Arc::new(AtomicUsize::new(0)),
             counters: Counters::default(),
             last_zxid: AtomicI64::new(0),
             epochs: AtomicU64::new(0),
@@ -393,7 +397,11 @@ impl Core {
         if status.session.as_ref().map(|s| s.id) != Some(session) {
             return None;
         }
-        let token = Arc::new(SessionToken::new(session, lost_on_suspend));
+        let token = Arc::new(SessionToken::new(
+            session,
+            lost_on_suspend,
+            self.live_tokens.clone(),
+        ));
         if lost_on_suspend && status.phase == Phase::Suspended {
             token.mark_lost();
         }
@@ -681,8 +689,9 @@ impl Core {
         let ping_every = read_timeout / 3;
         // The lease heartbeat: a write the leader checks the session for, whenever the lease
         // bound is half a session timeout old; a tick after the last one was answered at the
-        // earliest, so that each vouches for a touch before it. On a read-only server nothing
-        // can move the bound: no heartbeat.
+        // earliest, so that each vouches for a touch before it. Only while something is held
+        // (a live token): a client that holds nothing costs the ensemble no writes. On a
+        // read-only server nothing can move the bound: no heartbeat.
         let anchor_every = conn.timeout / 2;
         let tick = self.config.tick_time;
         let mut last_recv = Instant::now();
@@ -705,7 +714,8 @@ impl Core {
                 .anchored_at()
                 .map(|t| t + anchor_every)
                 .max(beats.heartbeat_answered.map(|t| t + tick));
-            if !beats.heartbeat_out {
+            let beat = !beats.heartbeat_out && self.live_tokens.load(Ordering::SeqCst) > 0;
+            if beat {
                 wake = wake.min(anchor_at.unwrap_or(now));
             }
             let wait = wake
@@ -731,7 +741,7 @@ impl Core {
                     if now >= last_recv + read_timeout {
                         break format!("nothing heard for {read_timeout:?}");
                     }
-                    if !beats.heartbeat_out && anchor_at.is_none_or(|t| now >= t) {
+                    if beat && anchor_at.is_none_or(|t| now >= t) {
                         // The cheapest request the leader checks the session for: a
                         // transaction that only checks that the root exists.
                         let root = self.config.full("/");

@@ -1,7 +1,8 @@
 //! Session tokens: how a lock learns that the session under it is gone, without a thread of its
 //! own. The session layer marks every token of a session when it publishes that session's loss.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
@@ -17,12 +18,17 @@ pub(crate) struct SessionToken {
     /// Dropped when lost: every receiver then sees the channel closed.
     closer: Mutex<Option<Sender<()>>>,
     signal: Receiver<()>,
+    /// The client's count of live tokens, which this one is part of until it is dropped.
+    live: Arc<AtomicUsize>,
 }
 
 impl SessionToken {
-    pub fn new(session: SessionId, lost_on_suspend: bool) -> SessionToken {
+    /// A token counted in `live` until it is dropped.
+    pub fn new(session: SessionId, lost_on_suspend: bool, live: Arc<AtomicUsize>) -> SessionToken {
+        live.fetch_add(1, Ordering::SeqCst);
         let (closer, signal) = bounded(1);
         SessionToken {
+            live,
             session,
             lost_on_suspend,
             lost: AtomicBool::new(false),
@@ -43,5 +49,11 @@ impl SessionToken {
     /// A channel that closes when the token is lost.
     pub fn signal(&self) -> Receiver<()> {
         self.signal.clone()
+    }
+}
+
+impl Drop for SessionToken {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
     }
 }
