@@ -249,3 +249,39 @@ fn a_short_server_restart_keeps_session_leadership_and_standard_leadership_is_wo
         ]
     );
 }
+
+/// Issue 19's fourth hole. A latch under the Session policy rides out connection breaks, but
+/// its listeners must hear `Lost` no later than the lease's bound runs out: a silent server
+/// sends no event, and the client declares LOST only two thirds of a session after the
+/// silence began, by which time another latch may lead.
+#[test]
+fn a_session_latch_hears_lost_by_its_lease_bound_on_a_silent_connection() {
+    let f = faulty();
+    let session = Duration::from_secs(3);
+    let held = connect(&f.proxy.connect_string(), session);
+    let other = connect(&f.server.connect_string(), session);
+    let latch =
+        LeaderLatch::with_policy(&held, "/silent-session", "a", LeadershipPolicy::Session).unwrap();
+    let (tx, rx) = mpsc::channel();
+    latch.add_listener(move |e| {
+        let _ = tx.send((e, std::time::Instant::now()));
+    });
+    latch.start().unwrap();
+    assert!(latch.await_leadership(SOON).unwrap());
+    assert_eq!(rx.recv().unwrap().0, LeadershipEvent::Gained);
+    let second = LeaderLatch::new(&other, "/silent-session", "b").unwrap();
+    second.start().unwrap();
+
+    f.proxy.blackhole();
+    // Nothing is answered from here on: the bound no longer moves.
+    let bound = held.session_valid_until().expect("a lease bound");
+    let (event, lost_at) = rx.recv_timeout(SOON).expect("no Lost event");
+    assert_eq!(event, LeadershipEvent::Lost);
+    assert!(
+        lost_at <= bound + Duration::from_millis(100),
+        "Lost came {:?} after the lease bound",
+        lost_at - bound
+    );
+    assert!(second.await_leadership(SOON).unwrap());
+    f.proxy.heal();
+}

@@ -255,7 +255,7 @@ impl Inner {
                         "{} could not join the line at {}: {e}",
                         self.id, self.core.path
                     );
-                    if pause(stop, &states, &mut failures) {
+                    if pause(stop, &states, &mut failures, None) {
                         break;
                     }
                     continue;
@@ -289,9 +289,13 @@ impl Inner {
         // The listing that came with our create saves the first round trip.
         let mut first = node.line.clone();
         loop {
+            // While we lead, nothing here may block past the lease's bound: the listeners hear
+            // `Lost` when it runs out, whatever call or backoff is under way.
+            self.lapse();
+            let bound = self.lease_bound();
             let listed = match first.take() {
                 Some(line) => Ok(line),
-                None => self.core.contenders(None),
+                None => self.core.contenders(bound),
             };
             let contenders = match listed {
                 Ok(c) => {
@@ -299,7 +303,7 @@ impl Inner {
                     c
                 }
                 Err(_) => {
-                    if pause(stop, states, &mut failures) {
+                    if pause(stop, states, &mut failures, bound) {
                         return true;
                     }
                     if client.session_id() != Some(node.session) {
@@ -313,34 +317,58 @@ impl Inner {
             };
             // Watch our own node while we lead (someone may delete it), the node before ours
             // while we wait.
+            let mut lapsed = false;
             let watched = if ours == 0 {
-                self.claim(node);
+                lapsed = !self.claim(node, bound) && client.session_id() == Some(node.session);
                 node.path.clone()
             } else {
                 self.set_leading(None);
                 paths::join(&self.core.path, &contenders[ours - 1].name)
             };
-            match client.data_watch(&watched, &wake_tx) {
+            let bound = self.lease_bound();
+            let watching = match bound {
+                Some(d) => client.with_deadline(d).data_watch(&watched, &wake_tx),
+                None => client.data_watch(&watched, &wake_tx),
+            };
+            match watching {
                 Ok(_) => watches.watching(&watched),
                 Err(e) if e.is_no_node() => continue,
                 Err(_) => {
-                    if pause(stop, states, &mut failures) {
+                    if pause(stop, states, &mut failures, bound) {
                         return true;
                     }
                     continue;
                 }
             }
             loop {
-                match self.core.wait(&wake_rx, states, token, None, stop) {
+                // Leadership lasts while the lease is certainly valid: the listeners hear
+                // `Lost` when its bound runs out, also when no event says anything (a silent
+                // connection is declared lost only later, and another may lead by then).
+                // First but not leading on our live session (its bound ran out while the
+                // connection lives on): look again a little later, as no event will come.
+                let deadline = match self.lease_bound() {
+                    Some(d) => Some(d),
+                    None if lapsed => Some(Instant::now() + client.session_timeout() / 20),
+                    None => None,
+                };
+                match self.core.wait(&wake_rx, states, token, deadline, stop) {
                     Ok(Woke::Cancelled) => return true,
                     Ok(Woke::Suspended) => {
                         if self.policy == LeadershipPolicy::Standard {
                             self.set_leading(None);
                         }
                     }
+                    Ok(Woke::Deadline) => {
+                        if self.lapse() {
+                            break;
+                        }
+                        if lapsed {
+                            break;
+                        }
+                    }
                     // A change in line, or back after a break: check again (and lead again if
                     // still first).
-                    Ok(Woke::Event(_) | Woke::Recheck | Woke::Deadline) => break,
+                    Ok(Woke::Event(_) | Woke::Recheck) => break,
                     // Our node went with our session: enter the line again.
                     Err(_) => return false,
                 }
@@ -351,9 +379,35 @@ impl Inner {
         }
     }
 
-    /// We are first: lead, but only if the node is owned by our live session.
-    fn claim(&self, node: &OwnNode) -> bool {
-        let client = &self.core.client;
+    /// While leading: the instant the lease's bound runs out (now, if it has).
+    fn lease_bound(&self) -> Option<Instant> {
+        let state = self.state.lock();
+        let lease = state.lease.as_ref()?;
+        Some(lease.valid_until().unwrap_or_else(Instant::now))
+    }
+
+    /// Ends leadership (the listeners hear `Lost`) if the lease's bound has run out. True if
+    /// it did.
+    fn lapse(&self) -> bool {
+        let lapsed = self
+            .state
+            .lock()
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.check().is_err());
+        if lapsed {
+            self.set_leading(None);
+        }
+        lapsed
+    }
+
+    /// We are first: lead, but only if the node is owned by our live session. `bound`: while
+    /// leading already, the look at the node ends by the lease's bound.
+    fn claim(&self, node: &OwnNode, bound: Option<Instant>) -> bool {
+        let client = match bound {
+            Some(d) => self.core.client.with_deadline(d),
+            None => self.core.client.clone(),
+        };
         let owned = matches!(
             client.exists(&node.path),
             Ok(Some(stat)) if stat.ephemeral_owner == node.session.0
@@ -373,6 +427,11 @@ impl Inner {
         match client.session_token(node.session, lost_on_suspend) {
             Some(token) if !token.is_lost() => {
                 let lease = self.core.lease(node.clone(), token);
+                // Not on a lease whose bound has run out: the leader may be expiring the
+                // session (the caller looks again later).
+                if lease.check().is_err() {
+                    return false;
+                }
                 self.set_leading(Some(Arc::new(lease)));
                 true
             }

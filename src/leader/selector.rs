@@ -224,7 +224,7 @@ impl Inner {
                 Err(Error::Closed) => return,
                 Err(e) => {
                     debug!("{} could not take {}: {e}", self.id, self.core.path);
-                    if pause(stop, &states, &mut failures) {
+                    if pause(stop, &states, &mut failures, None) {
                         return;
                     }
                     continue;
