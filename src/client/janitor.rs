@@ -143,7 +143,14 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
             marker,
             session,
         } => {
-            let children = match client.children(&parent) {
+            // The member we talk to may not have applied the create yet (it landed through
+            // another, or our answer was lost): a listing there would miss a node that shows
+            // up later and stays for the session's life. A `sync` first makes it catch up with
+            // everything the leader committed before, our create included: our requests reach
+            // the leader in order, and a create still on its way when the session moved to
+            // this member is refused there (session moved). Only a synced listing without the
+            // marker proves the create never landed.
+            let children = match client.sync(&parent).and_then(|()| client.children(&parent)) {
                 Ok(c) => c,
                 Err(e) if again(&e) => {
                     return Some(Chore::DeleteMarked {
