@@ -349,3 +349,81 @@ fn write_guard_downgrade_keeps_a_queued_writer_out_until_the_read_is_released() 
         Err(Error::IllegalState(_))
     ));
 }
+
+/// Issue 19's eighth hole, first half: a read lock sharing a path with a plain mutex (say
+/// `zk-lock --read` beside an `InterProcessMutex` holder) must treat the mutex's node as a
+/// writer, not let the reader in beside it.
+#[test]
+fn a_reader_waits_for_a_plain_mutex_holder_on_the_same_path() {
+    let c = client();
+    let path = root("rw-mixed-mutex");
+    let mutex = zk_recipes::InterProcessMutex::new(&c, &path).unwrap();
+    let held = mutex.acquire().unwrap();
+    let other = client();
+    let rw = InterProcessReadWriteLock::new(&other, &path).unwrap();
+    let read = rw
+        .read_lock()
+        .try_acquire_for(Duration::from_millis(500))
+        .unwrap();
+    assert!(read.is_none(), "a reader got in beside the mutex's holder");
+    drop(held);
+    assert!(rw.read_lock().try_acquire_for(SOON).unwrap().is_some());
+}
+
+/// The second half: a plain mutex queued right behind a writer must not take the fast
+/// handoff when that writer downgrades: its read node lands between them.
+#[test]
+fn a_mutex_behind_a_writer_that_downgrades_waits_for_the_read() {
+    let c = client();
+    let path = root("rw-mixed-downgrade");
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let write = rw.write_lock().acquire().unwrap();
+    let other_client = client();
+    let (tx, rx) = mpsc::channel();
+    let p = path.clone();
+    let waiting = thread::spawn(move || {
+        let mutex = zk_recipes::InterProcessMutex::new(&other_client, &p).unwrap();
+        let g = mutex.acquire().unwrap();
+        tx.send(()).unwrap();
+        drop(g);
+    });
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    let read = write.downgrade().unwrap();
+    // The mutex must not hold while the read does: give it the time a handoff takes.
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the mutex got in past the downgraded read"
+    );
+    drop(read);
+    rx.recv_timeout(SOON).expect("the mutex never got the lock");
+    waiting.join().unwrap();
+}
+
+/// Fencing tokens grow with every exclusive holder, across a downgrade too: the downgraded
+/// read keeps its write's token, so the writer queued behind it (whose node is older than the
+/// read node) still holds a newer token than anything the downgraded holder showed.
+#[test]
+fn a_downgraded_hold_keeps_its_write_token_below_the_next_writer_s() {
+    let c = client();
+    let path = root("rw-downgrade-token");
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let write = rw.write_lock().acquire().unwrap();
+    let write_token = write.fencing_token().unwrap();
+    let other_client = client();
+    let other = InterProcessReadWriteLock::new(&other_client, &path).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiting = thread::spawn(move || {
+        let g = other.write_lock().acquire().unwrap();
+        tx.send(g.fencing_token().unwrap()).unwrap();
+        drop(g);
+    });
+    wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
+    let read = write.downgrade().unwrap();
+    assert_eq!(read.fencing_token().unwrap(), write_token);
+    drop(read);
+    let next = rx
+        .recv_timeout(SOON)
+        .expect("the writer never got the lock");
+    assert!(next > write_token, "{next} after {write_token}");
+    waiting.join().unwrap();
+}

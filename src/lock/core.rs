@@ -65,23 +65,27 @@ impl Rule for CountLeases {
 }
 
 /// Up to `n` holders at once, in order; each waiter watches the node `n` places ahead of it.
+/// No fast handoff past a read/write lock's write node (a path shared with one): it may
+/// downgrade, and its read node would then stand ahead of us.
 pub(crate) struct MaxLeases(pub usize);
 
 impl Rule for MaxLeases {
-    fn decide(&self, _contenders: &[Contender], ours: usize) -> Decision {
+    fn decide(&self, contenders: &[Contender], ours: usize) -> Decision {
         if ours < self.0 {
             Decision::Go
         } else {
             Decision::Watch {
                 index: ours - self.0,
-                sole_blocker: ours == self.0,
+                sole_blocker: ours == self.0
+                    && !contenders[..ours].iter().any(Contender::is_writer),
             }
         }
     }
 }
 
-/// A read/write lock's writer: goes when first. Watching a write node it cannot take the fast
-/// handoff, because that writer may downgrade, and its read node would then stand between us.
+/// A read/write lock's writer: goes when first. The fast handoff only past a read node: a
+/// write node may downgrade (its read node would then stand between us), and another recipe's
+/// node on a shared path is treated as a writer.
 pub(crate) struct WriterRule;
 
 impl Rule for WriterRule {
@@ -91,14 +95,15 @@ impl Rule for WriterRule {
         } else {
             Decision::Watch {
                 index: ours - 1,
-                sole_blocker: ours == 1 && !contenders[0].is_writer(),
+                sole_blocker: ours == 1 && contenders[0].is_reader(),
             }
         }
     }
 }
 
-/// A read/write lock's reader: goes when no writer stands ahead; otherwise watches the nearest
-/// writer ahead (readers in between do not block it).
+/// A read/write lock's reader: goes when nothing but readers stands ahead; otherwise watches
+/// the nearest non-reader ahead (readers in between do not block it). A node of another recipe
+/// sharing the path (a plain mutex's, `zk-lock` without `--read`) counts as a writer.
 pub(crate) struct ReaderRule;
 
 impl Rule for ReaderRule {
@@ -106,7 +111,7 @@ impl Rule for ReaderRule {
         let mut writers = contenders[..ours]
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.is_writer())
+            .filter(|(_, c)| !c.is_reader())
             .map(|(i, _)| i);
         let count = writers.clone().count();
         match writers.next_back() {

@@ -173,7 +173,8 @@ impl Lease {
     }
 
     /// A number that grows with every new holder of this lock, across the ensemble: the
-    /// creation zxid of the lock node. Give it to the resource you protect (see
+    /// creation zxid of the lock node (a downgraded read hold keeps its write hold's, so a
+    /// writer queued behind it still shows a larger one). Give it to the resource you protect (see
     /// [`FencingGate`](super::FencingGate)) so that it can refuse a holder that was paused past
     /// its lease. Read from the server on first use, then cached.
     pub fn fencing_token(&self) -> Result<i64> {
@@ -188,6 +189,11 @@ impl Lease {
                 session_id: self.token.session,
             }),
         }
+    }
+
+    /// Takes `token` as this hold's fencing token (a downgraded hold keeps its write's).
+    pub(crate) fn inherit_token(&self, token: i64) {
+        let _ = self.fencing.set(token);
     }
 
     /// Writes to ZooKeeper that the server applies only while this hold's node exists: each

@@ -370,9 +370,16 @@ impl<'a> InterProcessMutexGuard<'a> {
                 mutex.core.path
             )));
         };
+        // The read keeps the write's fencing token: the read node is newer than any writer
+        // queued behind the write, whose token must still be the larger one.
+        let token = self.lease.fencing_token();
         let read = reader.lock(None, true);
         drop(self);
-        read?.ok_or_else(|| Error::IllegalState("a downgrade gave up".into()))
+        let read = read?.ok_or_else(|| Error::IllegalState("a downgrade gave up".into()))?;
+        if let Ok(token) = token {
+            read.lease.inherit_token(token);
+        }
+        Ok(read)
     }
 }
 

@@ -113,9 +113,16 @@ pub(crate) struct Contender {
 }
 
 impl Contender {
-    /// True for a write-lock node of a read/write lock.
+    /// True for a write-lock node of a read/write lock (it may downgrade: its read node then
+    /// lands right behind it, ahead of everyone queued after it).
     pub fn is_writer(&self) -> bool {
         self.name.contains(WRITE_NAME)
+    }
+
+    /// True for a read-lock node. Anything else in a line (a mutex's, a semaphore's, a write
+    /// node) excludes readers: a path shared by different recipes stays exclusive.
+    pub fn is_reader(&self) -> bool {
+        self.name.contains(READ_NAME)
     }
 }
 
