@@ -226,3 +226,53 @@ fn a_zero_timeout_takes_a_free_lock() {
     assert!(contender.try_acquire_for(Duration::ZERO).unwrap().is_none());
     drop(held);
 }
+
+/// `close()` of a leading latch or selector returns within `leader::CLOSE_WAIT` (plus
+/// `EPSILON`) of being called (a selector's after its work returned), however the server
+/// fails: the node's deletion is left to the janitor or the session's end.
+#[rstest]
+fn closing_a_leader_returns_within_its_bound(
+    #[values(false, true)] selector: bool,
+    #[values(Fault::Refused, Fault::Silent)] fault: Fault,
+) {
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let path = root(&format!("deadline-close-{selector}-{fault:?}"));
+    let latch = LeaderLatch::new(&client, &path, "a").unwrap();
+    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
+    let chosen = zk_recipes::leader::LeaderSelector::new(&client, &path, "s", move |ctx| {
+        let _ = led_tx.send(());
+        crossbeam_channel::select! {
+            recv(ctx.lost()) -> _ => {}
+            recv(ctx.interrupted()) -> _ => {}
+        }
+    })
+    .unwrap();
+    if selector {
+        chosen.start().unwrap();
+        led_rx.recv_timeout(SOON).expect("the selector leads");
+    } else {
+        latch.start().unwrap();
+        assert!(latch.await_leadership(SOON).unwrap());
+    }
+    match fault {
+        Fault::Refused => proxy.refuse(),
+        Fault::Silent => proxy.blackhole(),
+    }
+    let started = Instant::now();
+    if selector {
+        chosen.close();
+    } else {
+        latch.close();
+    }
+    let took = started.elapsed();
+    assert!(
+        took <= zk_recipes::leader::CLOSE_WAIT + EPSILON,
+        "{fault:?}: close() returned after {took:?}"
+    );
+    proxy.heal();
+}

@@ -233,7 +233,7 @@ fn a_short_server_restart_keeps_session_leadership_and_standard_leadership_is_wo
     wait_for(SOON, || {
         (standard_log.lock().unwrap().len() == 3).then_some(())
     })
-    .expect("the listener was not told of the regained leadership");
+    .unwrap_or_else(|| panic!("the listener was not told of the regained leadership: {:?}", standard_log.lock().unwrap()));
     assert!(session.has_leadership());
     assert_eq!(
         *session_log.lock().unwrap(),

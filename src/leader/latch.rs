@@ -8,7 +8,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::{pause, LeadershipEvent, LeadershipPolicy, Participant};
+use super::{pause, LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
 use crate::client::token::SessionToken;
 use crate::lock::core::{LockCore, OwnNode, WatchGuard, Woke};
 use crate::lock::{Lease, LockOptions};
@@ -24,6 +24,9 @@ struct State {
     lease: Option<Arc<Lease>>,
     node: Option<String>,
     closed: bool,
+    /// Set by `close()`: when the latch thread must be done (its calls and the node's
+    /// deletion give up by then).
+    close_by: Option<Instant>,
 }
 
 struct Inner {
@@ -180,9 +183,15 @@ impl LeaderLatch {
         super::participants(&self.inner.core)
     }
 
-    /// Leaves the line: stops the latch thread, deletes our node, and tells the listeners if
-    /// leadership ends. Idempotent.
+    /// Leaves the line: stops the latch thread, deletes our node (waiting at most
+    /// [`CLOSE_WAIT`](super::CLOSE_WAIT) for the server), and tells the listeners if leadership
+    /// ends. Idempotent.
     pub fn close(&self) {
+        self.inner
+            .state
+            .lock()
+            .close_by
+            .get_or_insert_with(|| Instant::now() + CLOSE_WAIT);
         if let Some((stop, handle)) = self.worker.lock().take() {
             drop(stop);
             if handle.thread().id() != thread::current().id() {
@@ -246,7 +255,9 @@ impl Inner {
         let states = self.core.client.subscribe();
         let mut failures = 0;
         loop {
-            let entered = self.core.enter(LATCH_NAME, None);
+            let entered = self
+                .core
+                .enter(LATCH_NAME, Some(Instant::now() + CLOSE_WAIT));
             let (node, token) = match entered {
                 Ok(v) => v,
                 Err(Error::Closed) => break,
@@ -265,7 +276,7 @@ impl Inner {
             let stopped = self.follow(&node, &token, stop, &states);
             self.set_leading(None);
             self.state.lock().node = None;
-            self.core.leave(&node, None);
+            self.core.leave(&node, Some(self.call_bound()));
             if stopped {
                 break;
             }
@@ -292,10 +303,10 @@ impl Inner {
             // While we lead, nothing here may block past the lease's bound: the listeners hear
             // `Lost` when it runs out, whatever call or backoff is under way.
             self.lapse();
-            let bound = self.lease_bound();
+            let bound = self.call_bound();
             let listed = match first.take() {
                 Some(line) => Ok(line),
-                None => self.core.contenders(bound),
+                None => self.core.contenders(Some(bound)),
             };
             let contenders = match listed {
                 Ok(c) => {
@@ -303,7 +314,7 @@ impl Inner {
                     c
                 }
                 Err(_) => {
-                    if pause(stop, states, &mut failures, bound) {
+                    if pause(stop, states, &mut failures, self.lease_bound()) {
                         return true;
                     }
                     if client.session_id() != Some(node.session) {
@@ -325,16 +336,13 @@ impl Inner {
                 self.set_leading(None);
                 paths::join(&self.core.path, &contenders[ours - 1].name)
             };
-            let bound = self.lease_bound();
-            let watching = match bound {
-                Some(d) => client.with_deadline(d).data_watch(&watched, &wake_tx),
-                None => client.data_watch(&watched, &wake_tx),
-            };
+            let bound = self.call_bound();
+            let watching = client.with_deadline(bound).data_watch(&watched, &wake_tx);
             match watching {
                 Ok(_) => watches.watching(&watched),
                 Err(e) if e.is_no_node() => continue,
                 Err(_) => {
-                    if pause(stop, states, &mut failures, bound) {
+                    if pause(stop, states, &mut failures, self.lease_bound()) {
                         return true;
                     }
                     continue;
@@ -353,8 +361,10 @@ impl Inner {
                 };
                 match self.core.wait(&wake_rx, states, token, deadline, stop) {
                     Ok(Woke::Cancelled) => return true,
+                    // A suspension read late (after we claimed again on the next connection)
+                    // ends nothing: only a lease that no longer leads is dropped.
                     Ok(Woke::Suspended) => {
-                        if self.policy == LeadershipPolicy::Standard {
+                        if self.policy == LeadershipPolicy::Standard && !self.leads() {
                             self.set_leading(None);
                         }
                     }
@@ -386,6 +396,16 @@ impl Inner {
         Some(lease.valid_until().unwrap_or_else(Instant::now))
     }
 
+    /// How long a call of the latch thread may wait: never past the lease's bound while we
+    /// lead, and never longer than `CLOSE_WAIT`, so that `close()` keeps its bound.
+    fn call_bound(&self) -> Instant {
+        let mut bound = Instant::now() + CLOSE_WAIT;
+        if let Some(by) = self.state.lock().close_by {
+            bound = bound.min(by);
+        }
+        self.lease_bound().map_or(bound, |l| l.min(bound))
+    }
+
     /// Ends leadership (the listeners hear `Lost`) if the lease's bound has run out. True if
     /// it did.
     fn lapse(&self) -> bool {
@@ -401,13 +421,10 @@ impl Inner {
         lapsed
     }
 
-    /// We are first: lead, but only if the node is owned by our live session. `bound`: while
-    /// leading already, the look at the node ends by the lease's bound.
-    fn claim(&self, node: &OwnNode, bound: Option<Instant>) -> bool {
-        let client = match bound {
-            Some(d) => self.core.client.with_deadline(d),
-            None => self.core.client.clone(),
-        };
+    /// We are first: lead, but only if the node is owned by our live session. The look at the
+    /// node gives up at `bound`.
+    fn claim(&self, node: &OwnNode, bound: Instant) -> bool {
+        let client = self.core.client.with_deadline(bound);
         let owned = matches!(
             client.exists(&node.path),
             Ok(Some(stat)) if stat.ephemeral_owner == node.session.0

@@ -14,6 +14,11 @@ pub use self::selector::{LeaderSelector, LeadershipContext, TermOutcome};
 use crate::lock::core::LockCore;
 use crate::{paths, Result};
 
+/// The longest [`LeaderLatch::close`] and [`LeaderSelector::close`] wait for the server to
+/// delete their node (a selector's, after its work returned); what is not done by then the
+/// client finishes in the background, or the session's end does.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// When leadership ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeadershipPolicy {

@@ -4,6 +4,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
@@ -34,23 +35,53 @@ pub enum TermOutcome {
 /// What the leader's work gets: its lease on the lock, and the cancellation it must poll.
 pub struct LeadershipContext {
     lease: Lease,
-    interrupted: Arc<AtomicBool>,
+    interrupted: Arc<Interruption>,
+}
+
+/// How a term is told to stop: a flag to poll, and a channel that closes, to wait on.
+struct Interruption {
+    flag: AtomicBool,
+    closer: Mutex<Option<Sender<()>>>,
+    signal: Receiver<()>,
+}
+
+impl Interruption {
+    fn new() -> Interruption {
+        let (closer, signal) = crossbeam_channel::bounded(0);
+        Interruption {
+            flag: AtomicBool::new(false),
+            closer: Mutex::new(Some(closer)),
+            signal,
+        }
+    }
+
+    fn interrupt(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.closer.lock().take();
+    }
 }
 
 impl LeadershipContext {
     /// True once the work must stop: the session was suspended or lost, the lease may have
     /// expired, or leadership was interrupted. Poll it between steps of the work.
     pub fn is_cancelled(&self) -> bool {
-        self.interrupted.load(Ordering::SeqCst)
+        self.interrupted.flag.load(Ordering::SeqCst)
             || !self.lease.is_held()
             || self.lease.check().is_err()
     }
 
     /// A channel that closes when the session is suspended or lost (to `select!` on while the
-    /// work waits for something else). Interruption and the lease check are seen by
-    /// [`is_cancelled`](Self::is_cancelled).
+    /// work waits for something else). Interruption is [`interrupted`](Self::interrupted); the
+    /// lease check is seen by [`is_cancelled`](Self::is_cancelled).
     pub fn lost(&self) -> Receiver<()> {
         self.lease.lost()
+    }
+
+    /// A channel that closes when leadership is interrupted
+    /// ([`LeaderSelector::interrupt_leadership`], [`LeaderSelector::close`]), to `select!` on
+    /// beside [`lost`](Self::lost) while the work waits.
+    pub fn interrupted(&self) -> Receiver<()> {
+        self.interrupted.signal.clone()
     }
 
     /// The lock hold: `check()`, `run()`, `fencing_token()`, ...
@@ -64,7 +95,7 @@ struct Inner {
     id: String,
     work: Work,
     requeue: bool,
-    current: Mutex<Option<Arc<AtomicBool>>>,
+    current: Mutex<Option<Arc<Interruption>>>,
     outcomes: Sender<TermOutcome>,
 }
 
@@ -181,8 +212,8 @@ impl LeaderSelector {
 
     /// Tells the running work (if this participant leads) to stop.
     pub fn interrupt_leadership(&self) {
-        if let Some(flag) = self.inner.current.lock().as_ref() {
-            flag.store(true, Ordering::SeqCst);
+        if let Some(term) = self.inner.current.lock().as_ref() {
+            term.interrupt();
         }
     }
 
@@ -191,8 +222,8 @@ impl LeaderSelector {
         super::participants(&self.inner.core)
     }
 
-    /// Leaves the line: interrupts the running work, waits for it to return, releases the lock.
-    /// Idempotent.
+    /// Leaves the line: interrupts the running work, waits for it to return, releases the lock
+    /// (waiting at most [`CLOSE_WAIT`](super::CLOSE_WAIT) for the server). Idempotent.
     pub fn close(&self) {
         self.interrupt_leadership();
         if let Some((stop, handle)) = self.worker.lock().take() {
@@ -231,7 +262,7 @@ impl Inner {
                 }
             };
             failures = 0;
-            let interrupted = Arc::new(AtomicBool::new(false));
+            let interrupted = Arc::new(Interruption::new());
             *self.current.lock() = Some(interrupted.clone());
             let ctx = LeadershipContext { lease, interrupted };
             debug!("{} leads at {}", self.id, self.core.path);
@@ -242,7 +273,10 @@ impl Inner {
                 Ok(()) => TermOutcome::Completed,
             };
             *self.current.lock() = None;
-            if let Err(e) = self.core.release(&ctx.lease, None) {
+            if let Err(e) = self
+                .core
+                .release(&ctx.lease, Some(Instant::now() + super::CLOSE_WAIT))
+            {
                 debug!(
                     "{} released {} after losing it: {e}",
                     self.id, self.core.path
