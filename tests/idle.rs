@@ -92,7 +92,7 @@ fn last_cxid(s: &zk_recipes::testing::TestingServer, id: zk_recipes::SessionId) 
     let hex = line
         .split("lcxid=0x")
         .nth(1)?
-        .split(|c| c == ',' || c == ')')
+        .split([',', ')'])
         .next()?;
     u64::from_str_radix(hex, 16).ok()
 }
@@ -109,15 +109,15 @@ fn only_a_client_that_holds_something_sends_lease_heartbeats() {
     let _guard = mutex.acquire().unwrap();
     let idle_id = idle.session_id().unwrap();
     let holder_id = holder.session_id().unwrap();
-    let idle_before = last_cxid(&s, idle_id).expect("the idle client's connection");
-    let holder_before = last_cxid(&s, holder_id).expect("the holder's connection");
+    let idle_before = last_cxid(s, idle_id).expect("the idle client's connection");
+    let holder_before = last_cxid(s, holder_id).expect("the holder's connection");
     // Two heartbeats of the holder (one per half session at most) span the window.
     wait_for(Duration::from_secs(10), || {
-        (last_cxid(&s, holder_id)? >= holder_before + 2).then_some(())
+        (last_cxid(s, holder_id)? >= holder_before + 2).then_some(())
     })
     .expect("the holder sent no heartbeats");
     assert_eq!(
-        last_cxid(&s, idle_id),
+        last_cxid(s, idle_id),
         Some(idle_before),
         "a client that holds nothing sent a request"
     );
