@@ -89,11 +89,7 @@ fn last_cxid(s: &zk_recipes::testing::TestingServer, id: zk_recipes::SessionId) 
     let line = cons
         .lines()
         .find(|l| l.contains(&format!("sid=0x{:x},", id.0)))?;
-    let hex = line
-        .split("lcxid=0x")
-        .nth(1)?
-        .split([',', ')'])
-        .next()?;
+    let hex = line.split("lcxid=0x").nth(1)?.split([',', ')']).next()?;
     u64::from_str_radix(hex, 16).ok()
 }
 

@@ -233,7 +233,12 @@ fn a_short_server_restart_keeps_session_leadership_and_standard_leadership_is_wo
     wait_for(SOON, || {
         (standard_log.lock().unwrap().len() == 3).then_some(())
     })
-    .unwrap_or_else(|| panic!("the listener was not told of the regained leadership: {:?}", standard_log.lock().unwrap()));
+    .unwrap_or_else(|| {
+        panic!(
+            "the listener was not told of the regained leadership: {:?}",
+            standard_log.lock().unwrap()
+        )
+    });
     assert!(session.has_leadership());
     assert_eq!(
         *session_log.lock().unwrap(),
