@@ -107,17 +107,13 @@ fn a_follower_cut_off_from_the_leader_cannot_stretch_the_lease() {
 /// must come before that client's acquire returned.
 #[test]
 fn a_partitioned_follower_s_holder_stops_vouching_before_the_majority_grants_the_lock() {
-    init_logs();
-    let cluster = TestingCluster::partitionable(3, ServerOptions::default()).unwrap();
-    let leader = cluster.wait_for_leader(SOON).expect("a leader");
-    let follower = (0..3).find(|&i| i != leader).unwrap();
-    let majority: Vec<String> = (0..3)
-        .filter(|&i| i != follower)
-        .map(|i| cluster.addr(i).to_string())
-        .collect();
-    let session = Duration::from_secs(4);
-    let holder = connect(&cluster.addr(follower).to_string(), session);
-    let contender = connect(&majority.join(","), session);
+    let HolderOnAFollower {
+        cluster,
+        follower,
+        holder,
+        contender,
+        ..
+    } = holder_on_a_follower();
     let path = root("partitioned-holder");
     let held = InterProcessMutex::new(&holder, &path).unwrap();
     let guard = held.acquire().unwrap();
@@ -142,6 +138,37 @@ fn a_partitioned_follower_s_holder_stops_vouching_before_the_majority_grants_the
     let (failed_at, acquired_at) = vouching_race(&guard, &contender, &path);
     cluster.rejoin(follower);
     assert_vouched_before(failed_at, acquired_at);
+}
+
+/// A partitionable ensemble, a holder's client on one follower only, and a contender's on the
+/// other two members (the majority side), both with 4 s sessions.
+struct HolderOnAFollower {
+    cluster: TestingCluster,
+    leader: usize,
+    follower: usize,
+    holder: zk_recipes::Client,
+    contender: zk_recipes::Client,
+}
+
+fn holder_on_a_follower() -> HolderOnAFollower {
+    init_logs();
+    let cluster = TestingCluster::partitionable(3, ServerOptions::default()).unwrap();
+    let leader = cluster.wait_for_leader(SOON).expect("a leader");
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let majority: Vec<String> = (0..3)
+        .filter(|&i| i != follower)
+        .map(|i| cluster.addr(i).to_string())
+        .collect();
+    let session = Duration::from_secs(4);
+    let holder = connect(&cluster.addr(follower).to_string(), session);
+    let contender = connect(&majority.join(","), session);
+    HolderOnAFollower {
+        cluster,
+        leader,
+        follower,
+        holder,
+        contender,
+    }
 }
 
 /// The majority side's client queues for the lock at `path` while the old holder's `check()`
@@ -191,17 +218,13 @@ fn assert_vouched_before(failed_at: Instant, acquired_at: Instant) {
 /// touch before the stall. The answer must not let the holder vouch for the stall's touches.
 #[test]
 fn a_write_answered_after_a_leader_stall_does_not_vouch_for_touches_the_leader_missed() {
-    init_logs();
-    let cluster = TestingCluster::partitionable(3, ServerOptions::default()).unwrap();
-    let leader = cluster.wait_for_leader(SOON).expect("a leader");
-    let follower = (0..3).find(|&i| i != leader).unwrap();
-    let majority: Vec<String> = (0..3)
-        .filter(|&i| i != follower)
-        .map(|i| cluster.addr(i).to_string())
-        .collect();
-    let session = Duration::from_secs(4);
-    let holder = connect(&cluster.addr(follower).to_string(), session);
-    let contender = connect(&majority.join(","), session);
+    let HolderOnAFollower {
+        cluster,
+        leader,
+        follower,
+        holder,
+        contender,
+    } = holder_on_a_follower();
     let path = root("stalled-leader");
     let held = InterProcessMutex::new(&holder, &path).unwrap();
     let guard = held.acquire().unwrap();

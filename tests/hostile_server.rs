@@ -243,6 +243,30 @@ fn without_container_support_a_lock_path_is_made_persistent() {
     assert_eq!(seen, ["container /lock", "persistent /lock"], "{seen:?}");
 }
 
+/// Answers the handshake (read-only or not), then pings, and each request with what `special`
+/// says for its `(xid, opcode)`, or else as an `exists` that found a node (an all-zero stat).
+fn answer_requests(
+    mut s: TcpStream,
+    read_only: bool,
+    special: impl Fn(i32, i32) -> Option<Vec<u8>>,
+) {
+    if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err() {
+        return;
+    }
+    while let Some(req) = read_frame(&mut s) {
+        let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+        let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+        let answer = if xid == -2 {
+            reply(-2, &[])
+        } else {
+            special(xid, opcode).unwrap_or_else(|| reply(xid, &[0; 68]))
+        };
+        if s.write_all(&answer).is_err() {
+            return;
+        }
+    }
+}
+
 /// A reply with an error code and no record.
 fn error_reply(xid: i32, err: i32) -> Vec<u8> {
     let mut b = Vec::new();
@@ -266,30 +290,17 @@ fn a_read_only_server_never_extends_the_lease() {
     let keep = first_conn.clone();
     thread::spawn(move || {
         for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut s) = stream else { return };
+            let Ok(s) = stream else { return };
             let read_only = n > 0;
             if n == 0 {
                 *keep.lock() = s.try_clone().ok();
             }
             thread::spawn(move || {
-                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err()
-                {
-                    return;
-                }
-                while let Some(req) = read_frame(&mut s) {
-                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-                    let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-                    let answer = match (xid, opcode) {
-                        (-2, _) => reply(-2, &[]),
-                        // Reads answer as an `exists` that found a node; writes (setData 5,
-                        // check 13, multi 14, sync 9) fail NotReadOnly on a read-only server.
-                        (_, 5 | 9 | 13 | 14) if read_only => error_reply(xid, -119),
-                        _ => reply(xid, &[0; 68]),
-                    };
-                    if s.write_all(&answer).is_err() {
-                        return;
-                    }
-                }
+                // Writes (setData 5, check 13, multi 14, sync 9) fail NotReadOnly on a
+                // read-only server.
+                answer_requests(s, read_only, |xid, opcode| {
+                    (read_only && matches!(opcode, 5 | 9 | 13 | 14)).then(|| error_reply(xid, -119))
+                });
             });
         }
     });
@@ -390,25 +401,13 @@ fn only_answers_the_leader_vouched_for_move_the_lease_bound(
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     thread::spawn(move || {
-        let Ok((mut s, _)) = listener.accept() else {
+        let Ok((s, _)) = listener.accept() else {
             return;
         };
-        if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
-            return;
-        }
-        while let Some(req) = read_frame(&mut s) {
-            let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-            let opcode = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-            let answer = match (xid, opcode) {
-                (-2, _) => reply(-2, &[]),
-                // setData 5, multi 14.
-                (_, 5 | 14) => write_answer(how, xid),
-                _ => reply(xid, &[0; 68]),
-            };
-            if s.write_all(&answer).is_err() {
-                return;
-            }
-        }
+        // setData 5, multi 14.
+        answer_requests(s, false, |xid, opcode| {
+            matches!(opcode, 5 | 14).then(|| write_answer(how, xid))
+        });
     });
     let tick = Duration::from_millis(100);
     let client = Client::builder(&addr)
