@@ -865,8 +865,9 @@ impl Core {
                 // server we talk to alone (a read-only one, a throttled or refused request).
                 let err = header.err;
                 let reply = conn::Reply { header, frame };
-                if !beats.read_only && request::leader_vouched(pending.anchors, &reply) {
-                    if let Some(touch) = beats.touches.leader_answered(pending.sent, now) {
+                if pending.anchors != Anchors::No && !beats.read_only {
+                    let checked = request::leader_vouched(pending.anchors, &reply);
+                    if let Some(touch) = beats.touches.leader_answered(pending.sent, now, checked) {
                         self.answered(touch);
                     }
                 }

@@ -46,6 +46,9 @@ pub(crate) struct Touches {
     seen: VecDeque<(Instant, Instant)>,
     /// How long the follower may hold a touch before the leader applies it: a tick.
     relay: Duration,
+    /// When the latest answer through the leader that took longer than half a tick came: the
+    /// leader may have stalled until then.
+    stalled_until: Option<Instant>,
 }
 
 impl Touches {
@@ -53,6 +56,7 @@ impl Touches {
         Touches {
             seen: VecDeque::new(),
             relay,
+            stalled_until: None,
         }
     }
 
@@ -71,13 +75,27 @@ impl Touches {
         self.seen.push_back((sent, answered));
     }
 
-    /// Something sent at `sent` was answered through the leader at `answered`. Returns the
-    /// send time of the latest touch the leader had certainly applied before it answered, if
-    /// any. Nothing when the answer took longer than half a tick: the leader (or our
-    /// follower) stalled while the request was on its way, and a stalled leader pings nobody,
-    /// so the follower may not have passed our touches on ahead of the request.
-    pub fn leader_answered(&mut self, sent: Instant, answered: Instant) -> Option<Instant> {
+    /// Something sent at `sent` went through the leader and was answered at `answered`;
+    /// `checked`: the leader checked the session for it. Returns the send time of the latest
+    /// touch the leader had certainly applied before it answered, if any.
+    ///
+    /// Nothing when the answer took longer than half a tick: the leader (or our follower)
+    /// stalled while the request was on its way, and a stalled leader pings nobody, so the
+    /// follower may not have passed our touches on ahead of the request. Nor for anything
+    /// sent before a tick after such a slow answer came (checked or not): the stall may have
+    /// covered its whole wait, and the leader, on resuming, checks what waited in its socket
+    /// before the follower's touches that follow it, and may expire the session right after.
+    pub fn leader_answered(
+        &mut self,
+        sent: Instant,
+        answered: Instant,
+        checked: bool,
+    ) -> Option<Instant> {
         if answered > sent + self.relay / 2 {
+            self.stalled_until = Some(answered);
+            return None;
+        }
+        if !checked || self.stalled_until.is_some_and(|s| sent < s + self.relay) {
             return None;
         }
         let settled = |&(_, answered): &(Instant, Instant)| answered + self.relay <= sent;
@@ -106,19 +124,19 @@ mod tests {
         touches.touched(at(t0, 50), at(t0, 55));
         touches.touched(at(t0, 300), at(t0, 305));
         // Sent 60 ms after the last answer: nothing is a tick older.
-        assert_eq!(touches.leader_answered(at(t0, 60), at(t0, 65)), None);
+        assert_eq!(touches.leader_answered(at(t0, 60), at(t0, 65), true), None);
         // Sent at 160: the touch answered at 55 is settled, the one at 305 is not.
         assert_eq!(
-            touches.leader_answered(at(t0, 160), at(t0, 165)),
+            touches.leader_answered(at(t0, 160), at(t0, 165), true),
             Some(at(t0, 50))
         );
         // Later, the newest settled one.
         assert_eq!(
-            touches.leader_answered(at(t0, 405), at(t0, 410)),
+            touches.leader_answered(at(t0, 405), at(t0, 410), true),
             Some(at(t0, 300))
         );
         assert_eq!(
-            touches.leader_answered(at(t0, 1000), at(t0, 1005)),
+            touches.leader_answered(at(t0, 1000), at(t0, 1005), true),
             Some(at(t0, 300))
         );
     }
@@ -133,23 +151,51 @@ mod tests {
             touches.touched(at(t0, ms), at(t0, ms + 2));
         }
         assert_eq!(
-            touches.leader_answered(at(t0, 1200), at(t0, 1205)),
+            touches.leader_answered(at(t0, 1200), at(t0, 1205), true),
             Some(at(t0, 400))
         );
     }
 
     #[test]
     fn a_slow_answer_vouches_for_nothing() {
-        // The same touches; the write sent at 405 was answered 60 ms later, more than half a
+        // The same touches; the write sent at 505 was answered 60 ms later, more than half a
         // tick: the leader stalled meanwhile, and may not have had the follower's touches.
         let t0 = Instant::now();
         let mut touches = Touches::new(TICK);
         touches.touched(at(t0, 0), at(t0, 5));
         touches.touched(at(t0, 300), at(t0, 305));
-        assert_eq!(touches.leader_answered(at(t0, 405), at(t0, 465)), None);
         assert_eq!(
-            touches.leader_answered(at(t0, 405), at(t0, 450)),
+            touches.leader_answered(at(t0, 405), at(t0, 450), true),
             Some(at(t0, 300))
+        );
+        assert_eq!(
+            touches.leader_answered(at(t0, 505), at(t0, 565), true),
+            None
+        );
+    }
+
+    #[test]
+    fn after_a_slow_answer_nothing_sent_before_a_tick_later_vouches() {
+        // A heartbeat sent at 405 waited out a leader's stall and was answered at 1900; a
+        // write sent at 1870, at the stall's end, was answered quickly after it. The leader
+        // checked that write before it heard of any touch since the stall began.
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        for ms in (0..=1800).step_by(20).map(|m| m as u64) {
+            touches.touched(at(t0, ms), at(t0, ms + 2));
+        }
+        assert_eq!(
+            touches.leader_answered(at(t0, 405), at(t0, 1900), true),
+            None
+        );
+        assert_eq!(
+            touches.leader_answered(at(t0, 1870), at(t0, 1905), true),
+            None
+        );
+        // Sent a tick after the slow answer: the resumed leader has pinged meanwhile.
+        assert_eq!(
+            touches.leader_answered(at(t0, 2010), at(t0, 2020), true),
+            Some(at(t0, 1800))
         );
     }
 
