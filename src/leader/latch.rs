@@ -329,6 +329,11 @@ impl Inner {
             // Watch our own node while we lead (someone may delete it), the node before ours
             // while we wait.
             let mut lapsed = false;
+            // A latch being closed claims nothing (its listeners would hear `Gained` after
+            // `close()` began).
+            if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
+                return true;
+            }
             let watched = if ours == 0 {
                 lapsed = !self.claim(node, bound) && client.session_id() == Some(node.session);
                 node.path.clone()

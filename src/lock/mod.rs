@@ -32,6 +32,7 @@ mod while_held;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use self::core::MIN_ATTEMPT;
 pub use self::fencing::{FencingGate, StaleToken};
 #[cfg(feature = "testing")]
 pub use self::herd::{HerdGuard, HerdLock};
