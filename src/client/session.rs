@@ -858,6 +858,16 @@ impl Core {
                 if pending.heartbeat {
                     beats.heartbeat_out = false;
                     beats.heartbeat_answered = Some(now);
+                    if header.err != 0 {
+                        // NoAuth: our identity cannot read the root we check; the bound then
+                        // moves only with our own writes, and holds lapse.
+                        warn!(
+                            "the lease heartbeat failed (error {}): held locks lapse unless \
+                             this client's writes go through; it needs READ on {}",
+                            header.err,
+                            self.config.full("/")
+                        );
+                    }
                 }
                 // A write's answer from the leader's pipeline vouches for the touches the
                 // follower passed on before it forwarded the write (see `touches`). Only

@@ -28,6 +28,11 @@ impl std::error::Error for StaleToken {}
 
 /// Accepts a write only with a fencing token at least as large as every token seen before.
 ///
+/// For exclusive holders (mutexes, write locks, semaphores of one lease, leaders): their
+/// tokens grow with each new holder. Readers of a read/write lock share the lock, and a reader
+/// queued behind a downgraded write carries a newer token than the downgraded holder: do not
+/// put readers' writes through the same gate as the writers'.
+///
 /// ```
 /// use zk_recipes::lock::FencingGate;
 /// let gate = FencingGate::new();

@@ -133,7 +133,11 @@ impl Lease {
     }
 
     /// A channel that closes when the hold is lost (a receive then returns at once with an
-    /// error), for `select!` next to the work's own channels.
+    /// error), for `select!` next to the work's own channels. It follows delivered events: a
+    /// silent connection closes it only when the client declares the session suspended or
+    /// lost, which may be after [`valid_until`](Self::valid_until). Work that waits should also
+    /// wake at `valid_until` (`crossbeam_channel::at(...)` in the same `select!`) and
+    /// [`check`](Self::check) again.
     pub fn lost(&self) -> Receiver<()> {
         self.watch_node();
         self.token.signal()
