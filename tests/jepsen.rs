@@ -34,7 +34,7 @@ use zk_recipes::lock::{Lease, RunError, MIN_ATTEMPT};
 use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
-    InterProcessSemaphoreV2, LeaderSelector,
+    InterProcessSemaphoreV2, LeaderLatch, LeaderSelector,
 };
 
 /// The workers' session timeout: short, so that paused holders lose their sessions often.
@@ -44,12 +44,13 @@ const TICK: Duration = Duration::from_millis(100);
 /// What a timed acquire may take past its deadline (a scheduling slice on a loaded machine).
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity, each on its own path.
-const RECIPES: [&str; 5] = [
+const RECIPES: [&str; 6] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
     "write-lock",
     "leader-selector",
+    "leader-latch",
 ];
 const WORKERS_PER_RECIPE: usize = 3;
 /// Default length of the fault phase (CI).
@@ -180,6 +181,26 @@ fn worker() -> ! {
             // Leads whenever it can until the coordinator ends the process.
             let (_keep, never) = crossbeam_channel::bounded::<()>(0);
             let _ = never.recv();
+        }
+        "leader-latch" => {
+            // A latch has no fencing token of its own (0 for all): what it vouches for is
+            // `has_leadership()` before and after each piece of work.
+            let latch = LeaderLatch::new(&client, &path, &id).expect("recipe");
+            latch.start().expect("start");
+            loop {
+                if !latch
+                    .await_leadership(Duration::from_secs(3))
+                    .unwrap_or(false)
+                {
+                    continue;
+                }
+                let start = mono();
+                thread::sleep(Duration::from_millis(rng.u64(1..50)));
+                let end = mono();
+                if latch.has_leadership() {
+                    records.line(format!("H {start} {end} 0"));
+                }
+            }
         }
         other => panic!("unknown recipe {other}"),
     }
