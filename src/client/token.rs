@@ -18,12 +18,13 @@ pub(crate) struct SessionToken {
     /// Dropped when lost: every receiver then sees the channel closed.
     closer: Mutex<Option<Sender<()>>>,
     signal: Receiver<()>,
-    /// The client's count of live tokens, which this one is part of until it is dropped.
+    /// The client's count of live tokens, which this one is part of until it is lost or
+    /// dropped.
     live: Arc<AtomicUsize>,
 }
 
 impl SessionToken {
-    /// A token counted in `live` until it is dropped.
+    /// A token counted in `live` until it is lost or dropped.
     pub fn new(session: SessionId, lost_on_suspend: bool, live: Arc<AtomicUsize>) -> SessionToken {
         live.fetch_add(1, Ordering::SeqCst);
         let (closer, signal) = bounded(1);
@@ -38,7 +39,10 @@ impl SessionToken {
     }
 
     pub fn mark_lost(&self) {
-        self.lost.store(true, Ordering::SeqCst);
+        // A lost hold needs no heartbeat: it leaves the live count now, not when dropped.
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
         self.closer.lock().take();
     }
 
@@ -54,6 +58,28 @@ impl SessionToken {
 
 impl Drop for SessionToken {
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::SeqCst);
+        if !self.lost.load(Ordering::SeqCst) {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_counts_as_live_until_it_is_lost_or_dropped() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let held = SessionToken::new(SessionId(1), false, live.clone());
+        let lost = SessionToken::new(SessionId(1), true, live.clone());
+        assert_eq!(live.load(Ordering::SeqCst), 2);
+        lost.mark_lost();
+        lost.mark_lost();
+        assert_eq!(live.load(Ordering::SeqCst), 1);
+        drop(lost);
+        assert_eq!(live.load(Ordering::SeqCst), 1);
+        drop(held);
+        assert_eq!(live.load(Ordering::SeqCst), 0);
     }
 }
