@@ -521,3 +521,38 @@ fn closing_the_client_marks_every_hold_lost(#[case] down: bool) {
     assert!(watched.check().is_err());
     f.proxy.heal();
 }
+
+/// The lease heartbeat goes out when it is due, also while answers keep arriving: a client
+/// whose other threads read without pause must not let its holds lapse (reads never move the
+/// bound; only the heartbeat does).
+#[test]
+fn a_hold_stays_valid_while_the_client_reads_without_pause() {
+    let session = Duration::from_secs(2);
+    let client = connect(&server().connect_string(), session);
+    let path = root("busy-reader");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let lapsed = std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = client.exists("/");
+                }
+            });
+        }
+        // Three session timeouts of continuous reading; the hold must vouch throughout.
+        let until = std::time::Instant::now() + session * 3;
+        let mut lapsed = None;
+        while std::time::Instant::now() < until {
+            if let Err(e) = guard.check() {
+                lapsed = Some(e);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        lapsed
+    });
+    assert!(lapsed.is_none(), "the hold lapsed: {lapsed:?}");
+}

@@ -704,17 +704,46 @@ impl Core {
         };
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
+            // What is due goes out first, on every turn: also while answers keep coming (a
+            // busy reader must not starve the heartbeat, nor the ping).
             let now = Instant::now();
-            let dead_at = last_recv + read_timeout;
-            let mut wake = dead_at;
-            if beats.ping_sent.is_none() {
-                wake = wake.min(self.outbox.last_send() + ping_every);
+            if now >= last_recv + read_timeout {
+                break format!("nothing heard for {read_timeout:?}");
             }
             let anchor_at = self
                 .anchored_at()
                 .map(|t| t + anchor_every)
                 .max(beats.heartbeat_answered.map(|t| t + tick));
-            let beat = !beats.heartbeat_out && self.live_tokens.load(Ordering::SeqCst) > 0;
+            let mut beat = !beats.heartbeat_out && self.live_tokens.load(Ordering::SeqCst) > 0;
+            if beat && anchor_at.is_none_or(|t| now >= t) {
+                // The cheapest request the leader checks the session for: a transaction that
+                // only checks that the root exists.
+                let root = self.config.full("/");
+                let check = Req::Multi(vec![Req::Check {
+                    path: &root,
+                    version: -1,
+                }])
+                .outgoing();
+                let heartbeat = Outgoing {
+                    heartbeat: true,
+                    ..check
+                };
+                if let Err(e) = self.outbox.send(vec![heartbeat], now + read_timeout) {
+                    break format!("heartbeat: {e}");
+                }
+                beats.heartbeat_out = true;
+                beat = false;
+            } else if beats.ping_sent.is_none() && now >= self.outbox.last_send() + ping_every {
+                let ping = Enc::request(xid::PING, op::PING).finish();
+                if let Err(e) = self.outbox.send_reserved(conn.epoch, &ping) {
+                    break format!("ping: {e}");
+                }
+                beats.ping_sent = Some(now);
+            }
+            let mut wake = last_recv + read_timeout;
+            if beats.ping_sent.is_none() {
+                wake = wake.min(self.outbox.last_send() + ping_every);
+            }
             if beat {
                 wake = wake.min(anchor_at.unwrap_or(now));
             }
@@ -736,38 +765,8 @@ impl Core {
                         break format!("the server sent what the protocol does not allow: {}", e.0);
                     }
                 }
-                Err(e) if timed_out(&e) => {
-                    let now = Instant::now();
-                    if now >= last_recv + read_timeout {
-                        break format!("nothing heard for {read_timeout:?}");
-                    }
-                    if beat && anchor_at.is_none_or(|t| now >= t) {
-                        // The cheapest request the leader checks the session for: a
-                        // transaction that only checks that the root exists.
-                        let root = self.config.full("/");
-                        let check = Req::Multi(vec![Req::Check {
-                            path: &root,
-                            version: -1,
-                        }])
-                        .outgoing();
-                        let beat = Outgoing {
-                            heartbeat: true,
-                            ..check
-                        };
-                        if let Err(e) = self.outbox.send(vec![beat], now + read_timeout) {
-                            break format!("heartbeat: {e}");
-                        }
-                        beats.heartbeat_out = true;
-                    } else if beats.ping_sent.is_none()
-                        && now >= self.outbox.last_send() + ping_every
-                    {
-                        let ping = Enc::request(xid::PING, op::PING).finish();
-                        if let Err(e) = self.outbox.send_reserved(conn.epoch, &ping) {
-                            break format!("ping: {e}");
-                        }
-                        beats.ping_sent = Some(now);
-                    }
-                }
+                // Whatever fell due is sent at the top of the loop.
+                Err(e) if timed_out(&e) => {}
                 Err(e) => break format!("{e}"),
             }
         };
