@@ -7,7 +7,8 @@
 //! for with the hold's fencing token, and every timed acquire with its deadline. The checker
 //! then proves, over all records:
 //!
-//! - no two vouched intervals of one lock overlap;
+//! - no two holds of one lock overlap, each from the moment its acquire returned to the end of
+//!   the last piece of work its lease vouched for;
 //! - no hold's fencing token is lower than an earlier hold's (a gate admits no stale token);
 //! - every timed acquire returned by its deadline plus `EPSILON`, less the time its own
 //!   process spent paused by the nemesis;
@@ -173,6 +174,7 @@ fn worker() -> ! {
             let r = records.clone();
             let rng = Mutex::new(rng);
             let selector = LeaderSelector::new(&client, &path, &id, move |ctx| {
+                r.line(format!("A {}", mono()));
                 while !ctx.is_cancelled() && vouch(&r, ctx.lease(), &mut rng.lock()) {}
             })
             .expect("recipe")
@@ -184,7 +186,8 @@ fn worker() -> ! {
         }
         "leader-latch" => {
             // A latch has no fencing token of its own (0 for all): what it vouches for is
-            // `has_leadership()` before and after each piece of work.
+            // `has_leadership()` before and after each piece of work, each its own hold (a
+            // latch may lead again on a new session between two pieces).
             let latch = LeaderLatch::new(&client, &path, &id).expect("recipe");
             latch.start().expect("start");
             loop {
@@ -194,6 +197,7 @@ fn worker() -> ! {
                 {
                     continue;
                 }
+                records.line(format!("A {}", mono()));
                 let start = mono();
                 thread::sleep(Duration::from_millis(rng.u64(1..50)));
                 let end = mono();
@@ -220,6 +224,7 @@ fn contend<G: Deref<Target = Lease>>(
         let got = acquire(patience);
         records.line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
         let Ok(Some(guard)) = got else { continue };
+        records.line(format!("A {}", mono()));
         for _ in 0..rng.u32(1..=40) {
             if !vouch(records, &guard, rng) {
                 break;
@@ -338,7 +343,7 @@ fn run(seconds: u64, seed: u64) {
         workers_end(&mut liars);
         let report = check(&liars.0, &pauses);
         println!(
-            "jepsen self-check: {} overlaps among {} intervals recorded by holders that ignore \
+            "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
              their lease, over {} pauses past the session",
             report.overlaps.len(),
             report.holds,
@@ -377,10 +382,11 @@ fn run(seconds: u64, seed: u64) {
     let report = check(&workers.0, &pauses);
     drop(workers);
     println!(
-        "jepsen (seed {seed}): {} vouched intervals checked over {:.0} s, {} timed acquires, \
-         faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} (worst overrun \
-         {:?}), held again after the last fault: {progressed}",
+        "jepsen (seed {seed}): {} holds ({} vouched pieces of work) checked over {:.0} s, {} \
+         timed acquires, faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} \
+         (worst overrun {:?}), held again after the last fault: {progressed}",
         report.holds,
+        report.pieces,
         (ended - started) as f64 / 1e9,
         report.timed,
         report.overlaps.len(),
@@ -612,6 +618,9 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<()> {
     Some(())
 }
 
+/// One hold: from the moment its acquire returned (`A`) to the end of the last piece of work
+/// its lease vouched for (`H`). A lease check that passes at `t` vouches for the whole hold up
+/// to `t`: the leader cannot have expired the session before, so the node stood all along.
 #[derive(Clone, Copy)]
 struct Hold {
     start: u64,
@@ -621,7 +630,10 @@ struct Hold {
 
 #[derive(Default)]
 struct Recorded {
+    /// Holds with at least one vouched piece of work.
     holds: Vec<Hold>,
+    /// Vouched pieces of work.
+    pieces: usize,
     /// `(asked, returned, patience)` of each timed acquire.
     timed: Vec<(u64, u64, u64)>,
 }
@@ -629,12 +641,30 @@ struct Recorded {
 fn read(path: &Path) -> Recorded {
     let mut out = Recorded::default();
     let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The current hold: when its acquire returned, and whether a piece of it is recorded.
+    let mut acquired: Option<u64> = None;
+    let mut open = false;
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         match f.as_slice() {
+            ["A", a] => {
+                acquired = a.parse().ok();
+                open = false;
+            }
             ["H", s, e, t] => {
-                if let (Ok(start), Ok(end), Ok(token)) = (s.parse(), e.parse(), t.parse()) {
-                    out.holds.push(Hold { start, end, token });
+                if let (Ok(start), Ok(end), Ok(token)) = (s.parse::<u64>(), e.parse(), t.parse()) {
+                    out.pieces += 1;
+                    match out.holds.last_mut() {
+                        Some(h) if open => h.end = end,
+                        _ => {
+                            out.holds.push(Hold {
+                                start: acquired.unwrap_or(start).min(start),
+                                end,
+                                token,
+                            });
+                            open = true;
+                        }
+                    }
                 }
             }
             ["T", a, r, p] => {
@@ -652,6 +682,7 @@ fn read(path: &Path) -> Recorded {
 #[derive(Default)]
 struct Report {
     holds: usize,
+    pieces: usize,
     timed: usize,
     overlaps: Vec<String>,
     stale: Vec<String>,
@@ -665,6 +696,7 @@ fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
     for (i, w) in workers.iter().enumerate() {
         let rec = read(&w.records);
         report.holds += rec.holds.len();
+        report.pieces += rec.pieces;
         report.timed += rec.timed.len();
         by_recipe
             .entry(w.recipe)
@@ -678,12 +710,13 @@ fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
         own_pauses.sort_unstable();
         for (asked, returned, patience) in rec.timed {
             // A timed acquire returns by max(deadline, start + MIN_ATTEMPT); a process stopped
-            // at that instant returns once it runs again. Pauses that ended before it do not
-            // move an absolute deadline.
+            // then (or within EPSILON after, before it wrote down the time) returns once it
+            // runs again. Pauses that ended before do not move an absolute deadline.
             let min_attempt = MIN_ATTEMPT.as_nanos() as u64;
+            let epsilon = EPSILON.as_nanos() as u64;
             let mut due = asked + patience.max(min_attempt);
             for &(from, to) in &own_pauses {
-                if from <= due && to > due {
+                if from <= due + epsilon && to > due {
                     due = to;
                 }
             }

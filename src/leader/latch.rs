@@ -239,7 +239,9 @@ impl Inner {
         let (was, now) = {
             let mut state = self.state.lock();
             let was = state.lease.is_some();
-            state.lease = lease;
+            // A latch being closed takes up nothing (`close()` may have begun during the
+            // claim's look at the node).
+            state.lease = lease.filter(|_| state.close_by.is_none());
             self.changed.notify_all();
             (was, state.lease.is_some())
         };
