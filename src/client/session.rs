@@ -30,7 +30,7 @@ use super::request::{self, Req};
 use super::slot::Awaited;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
-use super::touches::Touches;
+use super::touches::{Through, Touches};
 use super::types::WatchEvent;
 use super::watches::{Registry, WatchType};
 use crate::connect_string::HostPort;
@@ -58,6 +58,9 @@ struct Beats {
     touches: Touches,
     /// A read-only server: it has no leader, so nothing it answers extends the lease.
     read_only: bool,
+    /// When the latest answer came: the server answers a session's requests in order, so the
+    /// next one waited only from then (or from its send, if later).
+    last_answer: Option<Instant>,
 }
 
 /// The live (or suspended) session.
@@ -701,6 +704,7 @@ impl Core {
             heartbeat_answered: None,
             touches: Touches::new(tick),
             read_only: conn.read_only,
+            last_answer: None,
         };
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
@@ -832,6 +836,8 @@ impl Core {
                     .take()
                     .ok_or(proto::Malformed("unasked ping answer"))?;
                 // The server touched the session for it, which the leader learns later.
+                // Not counted as the answer before the next one (`last_answer`): that one's
+                // wait is measured from its own send or an earlier answer, the safe side.
                 beats.touches.touched(sent, Instant::now());
             }
             xid::SET_WATCHES => {
@@ -874,9 +880,21 @@ impl Core {
                 // server we talk to alone (a read-only one, a throttled or refused request).
                 let err = header.err;
                 let reply = conn::Reply { header, frame };
+                // Its own wait: from its send, or from the answer before it if that came later
+                // (it queued behind ours).
+                let waited_from = beats
+                    .last_answer
+                    .replace(now)
+                    .map_or(pending.sent, |a| a.max(pending.sent));
                 if pending.anchors != Anchors::No && !beats.read_only {
                     let checked = request::leader_vouched(pending.anchors, &reply);
-                    if let Some(touch) = beats.touches.leader_answered(pending.sent, now, checked) {
+                    let through = Through {
+                        sent: pending.sent,
+                        waited_from,
+                        answered: now,
+                        checked,
+                    };
+                    if let Some(touch) = beats.touches.leader_answered(through) {
                         self.answered(touch);
                     }
                 }

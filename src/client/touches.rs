@@ -40,6 +40,18 @@ use std::time::{Duration, Instant};
 /// shorter).
 const MOST: usize = 256;
 
+/// A request that went through the leader, answered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Through {
+    pub sent: Instant,
+    /// When its own wait began: its send, or the answer before it on the connection if that
+    /// came later (a session's answers come in order, so it queued behind that one).
+    pub waited_from: Instant,
+    pub answered: Instant,
+    /// The leader checked the session for it.
+    pub checked: bool,
+}
+
 /// The answered requests and pings of one connection, as evidence of touches.
 pub(crate) struct Touches {
     /// `(sent, answered)`, both increasing: a connection's answers come in order.
@@ -75,27 +87,22 @@ impl Touches {
         self.seen.push_back((sent, answered));
     }
 
-    /// Something sent at `sent` went through the leader and was answered at `answered`;
-    /// `checked`: the leader checked the session for it. Returns the send time of the latest
-    /// touch the leader had certainly applied before it answered, if any.
+    /// Something went through the leader and was answered (see [`Through`]). Returns the send
+    /// time of the latest touch the leader had certainly applied before it answered, if any.
     ///
-    /// Nothing when the answer took longer than half a tick: the leader (or our follower)
+    /// Nothing when its own wait took longer than half a tick: the leader (or our follower)
     /// stalled while the request was on its way, and a stalled leader pings nobody, so the
     /// follower may not have passed our touches on ahead of the request. Nor for anything
     /// sent before a tick after such a slow answer came (checked or not): the stall may have
     /// covered its whole wait, and the leader, on resuming, checks what waited in its socket
     /// before the follower's touches that follow it, and may expire the session right after.
-    pub fn leader_answered(
-        &mut self,
-        sent: Instant,
-        answered: Instant,
-        checked: bool,
-    ) -> Option<Instant> {
-        if answered > sent + self.relay / 2 {
+    pub fn leader_answered(&mut self, r: Through) -> Option<Instant> {
+        let (sent, answered) = (r.sent, r.answered);
+        if answered > r.waited_from + self.relay / 2 {
             self.stalled_until = Some(answered);
             return None;
         }
-        if !checked || self.stalled_until.is_some_and(|s| sent < s + self.relay) {
+        if !r.checked || self.stalled_until.is_some_and(|s| sent < s + self.relay) {
             return None;
         }
         let settled = |&(_, answered): &(Instant, Instant)| answered + self.relay <= sent;
@@ -116,6 +123,16 @@ mod tests {
         base + Duration::from_millis(ms)
     }
 
+    /// Sent at `sent`, answered at `answered`, nothing queued before it, checked.
+    fn through(sent: Instant, answered: Instant) -> Through {
+        Through {
+            sent,
+            waited_from: sent,
+            answered,
+            checked: true,
+        }
+    }
+
     #[test]
     fn a_leader_answer_vouches_only_for_touches_a_tick_older_than_its_request() {
         let t0 = Instant::now();
@@ -124,19 +141,22 @@ mod tests {
         touches.touched(at(t0, 50), at(t0, 55));
         touches.touched(at(t0, 300), at(t0, 305));
         // Sent 60 ms after the last answer: nothing is a tick older.
-        assert_eq!(touches.leader_answered(at(t0, 60), at(t0, 65), true), None);
+        assert_eq!(
+            touches.leader_answered(through(at(t0, 60), at(t0, 65))),
+            None
+        );
         // Sent at 160: the touch answered at 55 is settled, the one at 305 is not.
         assert_eq!(
-            touches.leader_answered(at(t0, 160), at(t0, 165), true),
+            touches.leader_answered(through(at(t0, 160), at(t0, 165))),
             Some(at(t0, 50))
         );
         // Later, the newest settled one.
         assert_eq!(
-            touches.leader_answered(at(t0, 405), at(t0, 410), true),
+            touches.leader_answered(through(at(t0, 405), at(t0, 410))),
             Some(at(t0, 300))
         );
         assert_eq!(
-            touches.leader_answered(at(t0, 1000), at(t0, 1005), true),
+            touches.leader_answered(through(at(t0, 1000), at(t0, 1005))),
             Some(at(t0, 300))
         );
     }
@@ -151,7 +171,7 @@ mod tests {
             touches.touched(at(t0, ms), at(t0, ms + 2));
         }
         assert_eq!(
-            touches.leader_answered(at(t0, 1200), at(t0, 1205), true),
+            touches.leader_answered(through(at(t0, 1200), at(t0, 1205))),
             Some(at(t0, 400))
         );
     }
@@ -165,11 +185,11 @@ mod tests {
         touches.touched(at(t0, 0), at(t0, 5));
         touches.touched(at(t0, 300), at(t0, 305));
         assert_eq!(
-            touches.leader_answered(at(t0, 405), at(t0, 450), true),
+            touches.leader_answered(through(at(t0, 405), at(t0, 450))),
             Some(at(t0, 300))
         );
         assert_eq!(
-            touches.leader_answered(at(t0, 505), at(t0, 565), true),
+            touches.leader_answered(through(at(t0, 505), at(t0, 565))),
             None
         );
     }
@@ -185,18 +205,35 @@ mod tests {
             touches.touched(at(t0, ms), at(t0, ms + 2));
         }
         assert_eq!(
-            touches.leader_answered(at(t0, 405), at(t0, 1900), true),
+            touches.leader_answered(through(at(t0, 405), at(t0, 1900))),
             None
         );
         assert_eq!(
-            touches.leader_answered(at(t0, 1870), at(t0, 1905), true),
+            touches.leader_answered(through(at(t0, 1870), at(t0, 1905))),
             None
         );
         // Sent a tick after the slow answer: the resumed leader has pinged meanwhile.
         assert_eq!(
-            touches.leader_answered(at(t0, 2010), at(t0, 2020), true),
+            touches.leader_answered(through(at(t0, 2010), at(t0, 2020))),
             Some(at(t0, 1800))
         );
+    }
+
+    #[test]
+    fn an_answer_queued_behind_ours_waited_only_from_the_one_before() {
+        // Forty writes pipelined at 405: the last is answered at 600, 5 ms after the one
+        // before it. Its own wait was 5 ms, not 195: the leader did not stall.
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        touches.touched(at(t0, 0), at(t0, 5));
+        touches.touched(at(t0, 300), at(t0, 305));
+        let queued = Through {
+            sent: at(t0, 405),
+            waited_from: at(t0, 595),
+            answered: at(t0, 600),
+            checked: true,
+        };
+        assert_eq!(touches.leader_answered(queued), Some(at(t0, 300)));
     }
 
     #[test]
