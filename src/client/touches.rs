@@ -25,10 +25,12 @@
 //! This rests on the leader pinging while it runs. A stalled leader (a long GC pause) pings
 //! nobody: the follower keeps our touches, and a request forwarded meanwhile waits in the
 //! leader's socket ahead of the ping reply the leader asks for when it resumes. So an answer
-//! that took longer than half a tick vouches for nothing: the stall covered part of its trip.
+//! whose own wait (from its send, or from the answer before it if later: a session's answers
+//! come in order) took longer than half a tick vouches for nothing, and neither does anything
+//! sent before a tick after it came: the stall covered part of its trip.
 //!
 //! Hence the rule kept here, per connection: when an answer from the leader's side arrives,
-//! within half a tick, for something sent at `s2`, the bound may move to the send time of the
+//! after such a short wait, for something sent at `s2`, the bound may move to the send time of the
 //! latest answered request or ping whose answer came at least a tick before `s2`. Two things
 //! also anchor: the handshake (the leader creates or revalidates the session after we sent
 //! it), and nothing from a read-only server (it has no leader).
