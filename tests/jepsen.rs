@@ -45,11 +45,12 @@ const TICK: Duration = Duration::from_millis(100);
 /// What a timed acquire may take past its deadline (a scheduling slice on a loaded machine).
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity, each on its own path.
-const RECIPES: [&str; 6] = [
+const RECIPES: [&str; 7] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
     "write-lock",
+    "read-write",
     "leader-selector",
     "leader-latch",
 ];
@@ -170,12 +171,47 @@ fn worker() -> ! {
             let rw = InterProcessReadWriteLock::new(&client, &path).expect("recipe");
             contend(&records, &mut rng, |d| rw.write_lock().try_acquire_for(d));
         }
+        "read-write" => {
+            // Two writers that downgrade half their holds, and a reader: readers may share,
+            // nothing may overlap a write hold.
+            let rw = InterProcessReadWriteLock::new(&client, &path).expect("recipe");
+            let reader = id.parse::<usize>().unwrap_or(0) % WORKERS_PER_RECIPE == 0;
+            loop {
+                let patience = Duration::from_millis(rng.u64(100..3000));
+                let asked = mono();
+                let side = if reader {
+                    rw.read_lock()
+                } else {
+                    rw.write_lock()
+                };
+                let got = side.try_acquire_for(patience);
+                records.line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
+                let Ok(Some(guard)) = got else { continue };
+                let kind = if reader { 'R' } else { 'W' };
+                records.line(format!("A {} {kind}", mono()));
+                for _ in 0..rng.u32(1..=20) {
+                    if !vouch(&records, &guard, &mut rng, kind) {
+                        break;
+                    }
+                }
+                if !reader && rng.bool() {
+                    if let Ok(read) = guard.downgrade() {
+                        records.line(format!("A {} R", mono()));
+                        for _ in 0..rng.u32(1..=20) {
+                            if !vouch(&records, &read, &mut rng, 'R') {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
         "leader-selector" => {
             let r = records.clone();
             let rng = Mutex::new(rng);
             let selector = LeaderSelector::new(&client, &path, &id, move |ctx| {
                 r.line(format!("A {}", mono()));
-                while !ctx.is_cancelled() && vouch(&r, ctx.lease(), &mut rng.lock()) {}
+                while !ctx.is_cancelled() && vouch(&r, ctx.lease(), &mut rng.lock(), 'W') {}
             })
             .expect("recipe")
             .auto_requeue();
@@ -226,7 +262,7 @@ fn contend<G: Deref<Target = Lease>>(
         let Ok(Some(guard)) = got else { continue };
         records.line(format!("A {}", mono()));
         for _ in 0..rng.u32(1..=40) {
-            if !vouch(records, &guard, rng) {
+            if !vouch(records, &guard, rng, 'W') {
                 break;
             }
         }
@@ -234,7 +270,8 @@ fn contend<G: Deref<Target = Lease>>(
 }
 
 /// One piece of work through `run`: recorded only if the hold was valid before and after it.
-fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng) -> bool {
+/// `kind`: `W` for a hold that excludes every other, `R` for a read hold.
+fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng, kind: char) -> bool {
     let Ok(token) = lease.fencing_token() else {
         return false;
     };
@@ -246,7 +283,7 @@ fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng) -> bool {
         (start, mono())
     }) {
         Ok((start, end)) => {
-            records.line(format!("H {start} {end} {token}"));
+            records.line(format!("H {start} {end} {token} {kind}"));
             true
         }
         // The checker's adversary: a holder that trusts its guard blindly.
@@ -254,7 +291,7 @@ fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng) -> bool {
             output: (start, end),
             ..
         }) if std::env::var_os("ZKR_JEPSEN_LIAR").is_some() => {
-            records.line(format!("H {start} {end} {token}"));
+            records.line(format!("H {start} {end} {token} {kind}"));
             false
         }
         Err(_) => false,
@@ -382,10 +419,11 @@ fn run(seconds: u64, seed: u64) {
     let report = check(&workers.0, &pauses);
     drop(workers);
     println!(
-        "jepsen (seed {seed}): {} holds ({} vouched pieces of work) checked over {:.0} s, {} \
-         timed acquires, faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} \
+        "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
+         checked over {:.0} s, {} timed acquires, faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} \
          (worst overrun {:?}), held again after the last fault: {progressed}",
         report.holds,
+        report.read_holds,
         report.pieces,
         (ended - started) as f64 / 1e9,
         report.timed,
@@ -626,6 +664,8 @@ struct Hold {
     start: u64,
     end: u64,
     token: i64,
+    /// Excludes every other hold (all but read holds).
+    exclusive: bool,
 }
 
 #[derive(Default)]
@@ -647,11 +687,12 @@ fn read(path: &Path) -> Recorded {
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         match f.as_slice() {
-            ["A", a] => {
+            ["A", a, ..] => {
                 acquired = a.parse().ok();
                 open = false;
             }
-            ["H", s, e, t] => {
+            ["H", s, e, t, rest @ ..] => {
+                let exclusive = rest.first() != Some(&"R");
                 if let (Ok(start), Ok(end), Ok(token)) = (s.parse::<u64>(), e.parse(), t.parse()) {
                     out.pieces += 1;
                     match out.holds.last_mut() {
@@ -661,6 +702,7 @@ fn read(path: &Path) -> Recorded {
                                 start: acquired.unwrap_or(start).min(start),
                                 end,
                                 token,
+                                exclusive,
                             });
                             open = true;
                         }
@@ -682,6 +724,8 @@ fn read(path: &Path) -> Recorded {
 #[derive(Default)]
 struct Report {
     holds: usize,
+    /// Of which read holds (a read/write lock's readers and downgrades).
+    read_holds: usize,
     pieces: usize,
     timed: usize,
     overlaps: Vec<String>,
@@ -696,6 +740,7 @@ fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
     for (i, w) in workers.iter().enumerate() {
         let rec = read(&w.records);
         report.holds += rec.holds.len();
+        report.read_holds += rec.holds.iter().filter(|h| !h.exclusive).count();
         report.pieces += rec.pieces;
         report.timed += rec.timed.len();
         by_recipe
@@ -734,32 +779,37 @@ fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
     }
     for (recipe, mut holds) in by_recipe {
         holds.sort_by_key(|(_, h)| h.start);
-        let mut latest: Option<(usize, Hold)> = None;
+        // Holds still open at the current one's start; read holds may share, nothing else.
+        let mut active: Vec<(usize, Hold)> = Vec::new();
         let mut top_token = i64::MIN;
         for &(i, h) in &holds {
-            if let Some((j, l)) = latest {
-                if h.start < l.end {
+            active.retain(|(_, a)| a.end > h.start);
+            for &(j, a) in &active {
+                if a.exclusive || h.exclusive {
                     report.overlaps.push(format!(
-                        "{recipe}: worker {j} vouched [{}, {}] (token {}), worker {i} vouched \
-                         from {} (token {}): {:?} together",
-                        l.start,
-                        l.end,
-                        l.token,
+                        "{recipe}: worker {j} vouched [{}, {}] (token {}{}), worker {i} held \
+                         from {} (token {}{}): {:?} together",
+                        a.start,
+                        a.end,
+                        a.token,
+                        if a.exclusive { "" } else { ", read" },
                         h.start,
                         h.token,
-                        Duration::from_nanos(l.end - h.start)
+                        if h.exclusive { "" } else { ", read" },
+                        Duration::from_nanos(a.end.min(h.end) - h.start)
                     ));
                 }
             }
-            if h.token < top_token {
-                report.stale.push(format!(
-                    "{recipe}: worker {i} held with token {} after token {top_token}",
-                    h.token
-                ));
-            }
-            top_token = top_token.max(h.token);
-            if latest.is_none_or(|(_, l)| h.end > l.end) {
-                latest = Some((i, h));
+            active.push((i, h));
+            // Fencing tokens order the exclusive holds (a gate is for writers).
+            if h.exclusive {
+                if h.token < top_token {
+                    report.stale.push(format!(
+                        "{recipe}: worker {i} held with token {} after token {top_token}",
+                        h.token
+                    ));
+                }
+                top_token = top_token.max(h.token);
             }
         }
     }
