@@ -1,0 +1,366 @@
+//! A Jepsen-style harness: separate OS processes contend for every recipe that promises one
+//! holder at a time, on a three-member ensemble, while a seeded nemesis pauses processes
+//! (holders, the leader, followers), partitions a member from the others while it keeps
+//! serving its clients (both ways, or only its link to the leader), cuts and refuses client
+//! links, and kills the leader. Each worker records, on `CLOCK_MONOTONIC` (the clock `Instant`
+//! reads, shared by every process of the machine), every interval that `Lease::run` vouched
+//! for with the hold's fencing token, and every timed acquire with its deadline. The checker
+//! then proves, over all records:
+//!
+//! - no two holds of one lock overlap, each from the moment its acquire returned to the end of
+//!   the last piece of work its lease vouched for;
+//! - no hold's fencing token is lower than an earlier hold's (a gate admits no stale token);
+//! - every timed acquire returned by its deadline plus `EPSILON`, less the time its own
+//!   process spent paused by the nemesis;
+//! - every lock is held again, soon, after the last fault healed.
+//!
+//! `cargo test --test jepsen` runs a short seeded set (CI). Longer:
+//! `cargo test --release --test jepsen -- --seconds 3600`; replay one with `--seed N`
+//! (`ZKR_JEPSEN_SECS` / `ZKR_JEPSEN_SEED` do the same). The seed is printed first.
+//! Its own binary without the test harness (`harness = false`): it runs its workers by
+//! starting itself again with `ZKR_JEPSEN_WORKER` set. `worker.rs` is a worker process,
+//! `nemesis.rs` the faults, `checker.rs` the proof; this file starts and ends it all.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
+
+mod checker;
+mod nemesis;
+mod worker;
+
+use checker::{check, read};
+use nemesis::{nemesis, Faults};
+
+/// The workers' session timeout: short, so that paused holders lose their sessions often.
+const SESSION: Duration = Duration::from_secs(2);
+/// The testing ensemble's tick.
+const TICK: Duration = Duration::from_millis(100);
+/// What a timed acquire may take past its deadline (a scheduling slice on a loaded machine).
+const EPSILON: Duration = Duration::from_millis(500);
+/// Every recipe that promises exclusivity, each on its own path.
+const RECIPES: [&str; 7] = [
+    "mutex",
+    "semaphore-mutex",
+    "semaphore-v2",
+    "write-lock",
+    "read-write",
+    "leader-selector",
+    "leader-latch",
+];
+const WORKERS_PER_RECIPE: usize = 3;
+/// Default length of the fault phase (CI).
+const CI_SECONDS: u64 = 60;
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, comparable across the machine's processes.
+fn mono() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn main() {
+    if std::env::var_os("ZKR_JEPSEN_WORKER").is_some() {
+        worker::worker();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        println!("no_two_vouched_holds_overlap: test");
+        return;
+    }
+    // A libtest-style name filter that does not match: nothing to run here.
+    let flag_values = ["--seconds", "--seed"];
+    let filters: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            !a.starts_with('-') && (*i == 0 || !flag_values.contains(&args[i - 1].as_str()))
+        })
+        .map(|(_, a)| a)
+        .collect();
+    if !filters.is_empty()
+        && !filters
+            .iter()
+            .any(|f| "jepsen::no_two_vouched_holds_overlap".contains(f.as_str()))
+    {
+        return;
+    }
+    let value = |flag: &str, env: &str| -> Option<u64> {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+            .or_else(|| std::env::var(env).ok())
+            .and_then(|v| v.parse().ok())
+    };
+    let seconds = value("--seconds", "ZKR_JEPSEN_SECS").unwrap_or(CI_SECONDS);
+    let seed = value("--seed", "ZKR_JEPSEN_SEED")
+        .unwrap_or_else(|| mono() ^ u64::from(std::process::id()));
+    let _ = env_logger::builder().is_test(true).try_init();
+    run(seconds, seed);
+}
+
+struct Worker {
+    recipe: &'static str,
+    child: Child,
+    proxies: Vec<FaultProxy>,
+    records: PathBuf,
+}
+
+/// Every worker process; dropping this resumes and kills them all, also on panic.
+struct Workers(Vec<Worker>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            if matches!(w.child.try_wait(), Ok(Some(_))) {
+                continue;
+            }
+            signal(w.child.id(), "-CONT");
+            drop(w.child.stdin.take());
+            let _ = w.child.kill();
+            let _ = w.child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn run(seconds: u64, seed: u64) {
+    println!("jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed})");
+    let mut dir = tempfile::Builder::new()
+        .prefix("zkr-jepsen-")
+        .tempdir()
+        .expect("temp dir");
+    // The workers' records and logs, kept for a look after the run.
+    if std::env::var_os("ZKR_JEPSEN_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        println!("records and logs kept in {}", dir.path().display());
+    }
+    // syncLimit 40 ticks (4 s): a follower keeps serving its clients through a leader's pause
+    // of up to 4 s, longer than the sessions (2 s), so a paused leader resumes with sessions
+    // to expire and requests waiting in its sockets.
+    let options = ServerOptions {
+        sync_limit: 40,
+        ..ServerOptions::default()
+    };
+    let cluster = TestingCluster::partitionable(3, options).expect("ensemble");
+    cluster
+        .wait_for_leader(Duration::from_secs(30))
+        .expect("a leader");
+
+    // First the checker's own adversary: workers that record their work even when `run`
+    // says the hold expired meanwhile (what a holder that trusts its guard blindly does),
+    // with their holders paused past the session. The checker must see them overlap.
+    {
+        let mut liars = spawn(&cluster, dir.path(), &["mutex"], "liar", seed, true);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let started = mono();
+        wait_until(Duration::from_secs(60), || held_since(&liars, started))
+            .expect("the liars hold before the faults");
+        let mut faults = Faults::default();
+        let mut pauses = Vec::new();
+        for _ in 0..4 {
+            nemesis(&cluster, &liars, &mut rng, 1, &mut faults, &mut pauses);
+        }
+        workers_end(&mut liars);
+        let report = check(&liars.0, &pauses);
+        println!(
+            "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
+             their lease, over {} pauses past the session",
+            report.overlaps.len(),
+            report.holds,
+            faults.long_holder_pauses
+        );
+        assert!(
+            !report.overlaps.is_empty(),
+            "the checker saw no overlap among holders that ignore their lease; seed {seed}"
+        );
+    }
+
+    let mut workers = spawn(&cluster, dir.path(), &RECIPES, "jepsen", seed, false);
+    let started = mono();
+    wait_until(Duration::from_secs(60), || held_since(&workers, started))
+        .expect("every recipe held once before the faults");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut faults = Faults::default();
+    let mut pauses: Vec<(usize, u64, u64)> = Vec::new();
+    let chaos_for = Duration::from_secs(seconds);
+    let chaos_started = Instant::now();
+    let mut step = 0u32;
+    while chaos_started.elapsed() < chaos_for {
+        // Quiet between faults: the adversary's rhythm, not a synchronisation.
+        thread::sleep(Duration::from_millis(rng.u64(200..800)));
+        // The first nine faults are one of each kind, then at random.
+        let kind = if step < 9 { step } else { rng.u32(0..9) };
+        step += 1;
+        nemesis(&cluster, &workers, &mut rng, kind, &mut faults, &mut pauses);
+    }
+    let healed = mono();
+    // Progress: after the last fault, every lock is held again.
+    let settle = Duration::from_secs(30);
+    let progressed = wait_until(settle, || held_since(&workers, healed)).is_some();
+    let stuck = not_held_since(&workers, healed);
+    let ended = mono();
+    workers_end(&mut workers);
+    let report = check(&workers.0, &pauses);
+    drop(workers);
+    println!(
+        "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
+         checked over {:.0} s, {} timed acquires, faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} \
+         (worst overrun {:?}), held again after the last fault: {progressed}",
+        report.holds,
+        report.read_holds,
+        report.pieces,
+        (ended - started) as f64 / 1e9,
+        report.timed,
+        report.overlaps.len(),
+        report.stale.len(),
+        report.late.len(),
+        report.worst_overrun,
+    );
+    for line in report
+        .overlaps
+        .iter()
+        .chain(&report.stale)
+        .chain(&report.late)
+        .take(20)
+    {
+        println!("  {line}");
+    }
+    let replay = format!("replay with --seed {seed}");
+    assert!(
+        report.overlaps.is_empty(),
+        "two vouched holds overlapped; {replay}"
+    );
+    assert!(
+        report.stale.is_empty(),
+        "a fencing token went back; {replay}"
+    );
+    assert!(
+        report.late.is_empty(),
+        "a timed acquire missed its deadline; {replay}"
+    );
+    assert!(
+        progressed,
+        "not held again within {settle:?} of the last fault: {stuck:?}; {replay}"
+    );
+    assert!(report.holds > 0 && report.timed > 0);
+}
+
+/// Starts `WORKERS_PER_RECIPE` worker processes per recipe, each behind its own fault proxy
+/// to every member, on paths under `/<tag>`.
+fn spawn(
+    cluster: &TestingCluster,
+    dir: &Path,
+    recipes: &[&'static str],
+    tag: &str,
+    seed: u64,
+    liar: bool,
+) -> Workers {
+    let exe = std::env::current_exe().expect("own path");
+    let mut workers = Workers(Vec::new());
+    for (r, recipe) in recipes.iter().enumerate() {
+        for k in 0..WORKERS_PER_RECIPE {
+            let index = r * WORKERS_PER_RECIPE + k;
+            let proxies: Vec<FaultProxy> = (0..3)
+                .map(|m| FaultProxy::start(cluster.addr(m)).expect("proxy"))
+                .collect();
+            let connect = proxies
+                .iter()
+                .map(FaultProxy::connect_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let records = dir.join(format!("{tag}-{index}.records"));
+            let log = File::create(dir.join(format!("{tag}-{index}.log"))).expect("log");
+            let mut command = Command::new(&exe);
+            command
+                .env("ZKR_JEPSEN_WORKER", index.to_string())
+                .env("ZKR_JEPSEN_RECIPE", recipe)
+                .env("ZKR_JEPSEN_PATH", format!("/{tag}/{recipe}"))
+                .env("ZKR_JEPSEN_CONNECT", connect)
+                .env("ZKR_JEPSEN_OUT", &records)
+                .env(
+                    "ZKR_JEPSEN_SEED",
+                    (seed ^ ((index as u64 + 1) << 40)).to_string(),
+                )
+                .env(
+                    "RUST_LOG",
+                    std::env::var("ZKR_JEPSEN_LOG").unwrap_or_else(|_| "zk_recipes=info".into()),
+                )
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(log);
+            if liar {
+                command.env("ZKR_JEPSEN_LIAR", "1");
+            }
+            workers.0.push(Worker {
+                recipe,
+                child: command.spawn().expect("worker"),
+                proxies,
+                records,
+            });
+        }
+    }
+    workers
+}
+
+/// True once every recipe of `workers` has a piece of work vouched for that began after `since`.
+fn held_since(workers: &Workers, since: u64) -> bool {
+    not_held_since(workers, since).is_empty()
+}
+
+/// The recipes of `workers` without a piece of work vouched for that began after `since` (a
+/// leader's term may span the faults).
+fn not_held_since(workers: &Workers, since: u64) -> Vec<&'static str> {
+    let mut recipes: Vec<&'static str> = workers.0.iter().map(|w| w.recipe).collect();
+    recipes.dedup();
+    recipes.retain(|recipe| {
+        !workers
+            .0
+            .iter()
+            .filter(|w| w.recipe == *recipe)
+            .any(|w| read(&w.records).holds.iter().any(|h| h.last_piece > since))
+    });
+    recipes
+}
+
+/// Stops every worker (their records are complete: each line was written at once).
+fn workers_end(workers: &mut Workers) {
+    for w in &mut workers.0 {
+        signal(w.child.id(), "-CONT");
+        drop(w.child.stdin.take());
+        let _ = w.child.wait();
+    }
+}
+
+/// The worker whose latest vouched interval is the latest: probably the holder of its lock.
+fn likely_holder(workers: &[Worker]) -> usize {
+    (0..workers.len())
+        .max_by_key(|&i| read(&workers[i].records).holds.last().map_or(0, |h| h.end))
+        .unwrap_or(0)
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<()> {
+    let until = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() >= until {
+            return None;
+        }
+        // Polling the records files, which carry no event to wait on.
+        thread::sleep(Duration::from_millis(50));
+    }
+    Some(())
+}
