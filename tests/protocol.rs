@@ -285,3 +285,36 @@ fn a_watch_set_before_a_disconnect_fires_on_changes_after_it_without_a_reread() 
     assert_eq!((e.kind, e.path.as_str()), (WatchKind::DataChanged, "/w2"));
     assert_eq!(client.testing_watch_count(), 0, "fired watches are gone");
 }
+
+/// Issue 20, item 1. An `exists` watch set on a node that exists is, on the server, a data
+/// watch; restored after a reconnect as an exist watch, the server would wait for the node's
+/// creation and never report its deletion during the cut (a hand-written lock would hang).
+#[test]
+fn an_exists_watch_on_a_present_node_reports_its_deletion_during_a_disconnect() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(10));
+    client
+        .create("/present", b"", CreateMode::Persistent)
+        .unwrap();
+    let (tx, rx) = unbounded();
+    assert!(client.exists_watch("/present", &tx).unwrap().is_some());
+    let sub = client.subscribe();
+
+    f.proxy.refuse();
+    next_state(&sub, Suspended);
+    other.delete("/present").unwrap();
+    f.proxy.heal();
+    next_state(&sub, Reconnected);
+    let e = rx
+        .recv_timeout(SOON)
+        .expect("the deletion during the disconnect was never reported");
+    assert_eq!((e.kind, e.path.as_str()), (WatchKind::Deleted, "/present"));
+    // And no false creation.
+    other
+        .create("/present", b"", CreateMode::Persistent)
+        .unwrap();
+    assert!(rx
+        .recv_timeout(std::time::Duration::from_millis(300))
+        .is_err());
+}

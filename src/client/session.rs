@@ -853,7 +853,7 @@ impl Core {
                 let pending = self.outbox.complete(x)?;
                 if let Some(w) = pending.watch.as_ref() {
                     if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
-                        self.watches.lock().add(w.clone());
+                        self.watches.lock().add(w.as_set(header.err == 0));
                     } else if header.err == NO_NODE && pending.hold {
                         // A held node that was gone before its watch was set.
                         self.hold_gone(&strip(&self.config.prefix, &w.path));

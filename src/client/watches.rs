@@ -55,6 +55,20 @@ impl WatchReg {
     }
 }
 
+impl WatchReg {
+    /// The watch as the server set it. An `exists` watch on a node that exists is a data watch
+    /// there (as the Java client and `zookeeper-client` register it): restored after a
+    /// reconnect as an exist watch, the server would wait for a creation and never report the
+    /// node's deletion meanwhile.
+    pub fn as_set(&self, found: bool) -> WatchReg {
+        let mut set = self.clone();
+        if found && set.kind == WatchType::Exist {
+            set.kind = WatchType::Data;
+        }
+        set
+    }
+}
+
 /// A registered watcher: where its events go, and what to do first when it fires.
 #[derive(Clone)]
 pub(crate) struct Watcher {
@@ -113,13 +127,21 @@ impl Registry {
             .any(|kind| self.map.contains_key(&(path.to_owned(), kind)))
     }
 
-    /// Cancels `reg`: not registered if its answer comes later, removed if it came already.
+    /// Cancels `reg`: not registered if its answer comes later, removed if it came already
+    /// (an `exists` watch under the kind it was set as, see [`WatchReg::as_set`]).
     pub fn cancel(&mut self, reg: &WatchReg) {
         reg.cancelled.store(true, Ordering::SeqCst);
-        if let Some(list) = self.map.get_mut(&(reg.path.clone(), reg.kind)) {
-            list.retain(|w| !w.tx.same_channel(&reg.tx));
-            if list.is_empty() {
-                self.map.remove(&(reg.path.clone(), reg.kind));
+        let kinds: &[WatchType] = match reg.kind {
+            WatchType::Exist => &[WatchType::Exist, WatchType::Data],
+            _ => std::slice::from_ref(&reg.kind),
+        };
+        for kind in kinds {
+            let key = (reg.path.clone(), *kind);
+            if let Some(list) = self.map.get_mut(&key) {
+                list.retain(|w| !w.tx.same_channel(&reg.tx));
+                if list.is_empty() {
+                    self.map.remove(&key);
+                }
             }
         }
     }
