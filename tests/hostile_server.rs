@@ -446,3 +446,59 @@ fn only_answers_the_leader_vouched_for_move_the_lease_bound(
         );
     }
 }
+
+/// Issue 20, item 2: a peer that trickles a byte at a time keeps the socket from ever timing
+/// out, yet sends no whole answer. The connection must be declared dead once no whole frame
+/// came for the read timeout (two thirds of the session timeout), per frame, not per byte.
+#[test]
+fn a_peer_that_trickles_bytes_is_declared_dead_by_the_read_timeout() {
+    init_logs();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { return };
+            thread::spawn(move || {
+                if n > 0 {
+                    return answer_requests(s, false, |_, _| None);
+                }
+                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+                    return;
+                }
+                // The first request is answered one byte every 100 ms, for ever.
+                let Some(req) = read_frame(&mut s) else {
+                    return;
+                };
+                let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                let answer = reply(xid, &[0; 68]);
+                for b in answer.iter().cycle() {
+                    if s.write_all(&[*b]).is_err() {
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    // What the fake grants, whatever is asked.
+    let session = Duration::from_secs(4);
+    let client = Client::builder(&addr)
+        .session_timeout(session)
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let sub = client.subscribe();
+    let asked = std::time::Instant::now();
+    let c = client.clone();
+    let call = thread::spawn(move || c.exists("/x"));
+    next_state(&sub, Suspended);
+    let dead_after = asked.elapsed();
+    // The read timeout, plus one trickle interval and scheduling.
+    let bound = session * 2 / 3 + Duration::from_millis(400);
+    assert!(
+        dead_after <= bound,
+        "the trickling peer was declared dead only after {dead_after:?} (bound {bound:?})"
+    );
+    next_state(&sub, Reconnected);
+    let _ = call.join().unwrap();
+}

@@ -320,8 +320,10 @@ impl FrameReader {
     }
 
     /// Reads until one whole frame is there. A read timeout comes back as `WouldBlock` or
-    /// `TimedOut`, with what was read so far kept; a closed stream as `UnexpectedEof`.
-    pub fn read_frame(&mut self, r: &mut impl Read) -> io::Result<Vec<u8>> {
+    /// `TimedOut`, with what was read so far kept; a closed stream as `UnexpectedEof`. So does
+    /// passing `until` without a whole frame (`TimedOut`): a peer that trickles a byte at a
+    /// time resets the socket's timeout with each, but not this one.
+    pub fn read_frame(&mut self, r: &mut impl Read, until: Option<Instant>) -> io::Result<Vec<u8>> {
         loop {
             if let Some(frame) = self.parse()? {
                 return Ok(frame);
@@ -331,6 +333,9 @@ impl FrameReader {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Err(io::ErrorKind::TimedOut.into());
             }
             match r.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -416,7 +421,7 @@ mod tests {
         let mut r = FrameReader::new();
         let mut got = Vec::new();
         while got.len() < 4 {
-            match r.read_frame(&mut src) {
+            match r.read_frame(&mut src, None) {
                 Ok(f) => got.push(f),
                 Err(e) if timed_out(&e) => panic!("ran dry: {got:?}"),
                 Err(e) => panic!("{e}"),
@@ -429,7 +434,7 @@ mod tests {
     fn a_frame_over_the_limit_or_negative_is_refused() {
         for len in [-1i32, MAX_FRAME as i32 + 1] {
             let mut src = Chunks(len.to_be_bytes().to_vec(), vec![]);
-            let e = FrameReader::new().read_frame(&mut src).unwrap_err();
+            let e = FrameReader::new().read_frame(&mut src, None).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         }
     }
@@ -440,7 +445,7 @@ mod tests {
             let mut src = Chunks(bytes, sizes);
             let mut r = FrameReader::new();
             for _ in 0..64 {
-                if r.read_frame(&mut src).is_err() {
+                if r.read_frame(&mut src, None).is_err() {
                     break;
                 }
             }

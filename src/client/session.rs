@@ -580,7 +580,7 @@ impl Core {
         };
         std::io::Write::write_all(&mut stream, &request.encode())?;
         let mut reader = FrameReader::new();
-        let answer = ConnectResponse::decode(&reader.read_frame(&mut stream)?)
+        let answer = ConnectResponse::decode(&reader.read_frame(&mut stream, Some(until))?)
             .map_err(|e| Dial::Failed(format!("bad connect answer: {}", e.0)))?;
         if answer.timeout_ms <= 0 {
             return match resume {
@@ -607,7 +607,7 @@ impl Core {
             std::io::Write::write_all(&mut stream, &proto::auth_request(scheme, credentials))?;
         }
         for _ in &self.config.auth {
-            let frame = reader.read_frame(&mut stream)?;
+            let frame = reader.read_frame(&mut stream, Some(until))?;
             let header =
                 ReplyHeader::decode(&mut Dec::new(&frame)).map_err(|e| Dial::Failed(e.0.into()))?;
             match (header.xid, header.err) {
@@ -762,7 +762,7 @@ impl Core {
                 }
                 socket_timeout = wait;
             }
-            match conn.reader.read_frame(&mut conn.stream) {
+            match conn.reader.read_frame(&mut conn.stream, Some(wake)) {
                 Ok(frame) => {
                     last_recv = Instant::now();
                     if let Err(e) = self.on_frame(frame, &mut beats) {
@@ -1051,12 +1051,12 @@ pub(crate) fn close_session(
     };
     sock.write_all(&req.encode())?;
     let mut reader = FrameReader::new();
-    let answer = ConnectResponse::decode(&reader.read_frame(sock)?)
+    let answer = ConnectResponse::decode(&reader.read_frame(sock, Some(until))?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     if answer.timeout_ms <= 0 {
         return Ok(false);
     }
     sock.write_all(&Enc::request(1, op::CLOSE_SESSION).finish())?;
-    reader.read_frame(sock)?;
+    reader.read_frame(sock, Some(until))?;
     Ok(true)
 }
