@@ -268,3 +268,62 @@ fn container_mode_makes_a_container_the_server_reaps() {
     })
     .expect("the server never reaped the empty container");
 }
+
+/// Issue 20, item 3: a watch channel that is bounded and full must never stall the client.
+/// The events wait for room, in order, while the client's own work (a hold's loss, closing)
+/// goes on.
+#[test]
+fn a_full_bounded_watch_channel_stalls_nothing() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let other = connect(&server().connect_string(), Duration::from_secs(10));
+    let root = root("full-channel");
+    client.create(&root, b"", CreateMode::Persistent).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    for name in ["a", "b", "c"] {
+        let path = format!("{root}/{name}");
+        client.create(&path, b"", CreateMode::Persistent).unwrap();
+        client.data_watch(&path, &tx).unwrap();
+    }
+    let mutex = zk_recipes::InterProcessMutex::new(&client, &format!("{root}/lock")).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let lost = guard.lost();
+    for name in ["a", "b", "c"] {
+        other
+            .set_data(&format!("{root}/{name}"), b"x", None)
+            .unwrap();
+    }
+    // The channel holds one event; two wait. Someone deletes the hold's node: the client must
+    // still notice.
+    other.delete(guard.node_path()).unwrap();
+    assert!(
+        lost.recv_timeout(SOON).is_err(),
+        "the hold's loss went unnoticed behind a full channel"
+    );
+    drop(guard);
+    // Every event comes, in order, once there is room.
+    let got: Vec<String> = (0..3)
+        .map(|_| rx.recv_timeout(SOON).expect("an event was lost").path)
+        .collect();
+    let want: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("{root}/{n}"))
+        .collect();
+    assert_eq!(got, want);
+    // And closing does not wait for the channel.
+    let (tx2, rx2) = crossbeam_channel::bounded(1);
+    client.data_watch(&format!("{root}/a"), &tx2).unwrap();
+    client.data_watch(&format!("{root}/b"), &tx2).unwrap();
+    other.set_data(&format!("{root}/a"), b"y", None).unwrap();
+    other.set_data(&format!("{root}/b"), b"y", None).unwrap();
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    let c = client.clone();
+    std::thread::spawn(move || {
+        c.close();
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done.recv_timeout(SOON).is_ok(),
+        "close() hung on a full channel"
+    );
+    drop(rx2);
+}

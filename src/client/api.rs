@@ -63,6 +63,13 @@ impl Drop for Owner {
 /// policy, once the client is connected again; sequential and ephemeral creates are never
 /// retried blindly.
 ///
+/// Watches report into channels you give (`crossbeam_channel::Sender<WatchEvent>`). An
+/// unbounded channel gets each event from the client's reader thread at once. A bounded one
+/// never stalls the client: when it is full, its events wait inside the client, in order, and
+/// go as soon as it has room (they are never dropped while a receiver lives; a channel whose
+/// receivers are all gone gets nothing). Drain bounded channels: what waits for them is kept
+/// in memory.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use zk_recipes::{Client, CreateMode};

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Select;
+use std::collections::VecDeque;
+
+use crossbeam_channel::{Select, Sender, TrySendError};
 use log::{debug, warn};
 
 use super::api::Client;
@@ -28,24 +30,40 @@ const REQUEST: Duration = Duration::from_secs(5);
 pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
     let Inbox { jobs, holds } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
+    let mut waiting = Backlog::default();
     loop {
         let job = {
             let mut sel = Select::new();
             sel.recv(&jobs);
             sel.recv(&holds);
-            let op = sel.select();
-            if op.index() == 1 {
-                if let Ok(event) = op.recv(&holds) {
-                    on_hold_event(&core, event);
-                }
-                continue;
+            // A full channel never stalls this thread: its events wait here, in order, and
+            // go as soon as it has room, while everything else goes on.
+            let heads = waiting.heads();
+            for (tx, _) in &heads {
+                sel.send(tx);
             }
-            op.recv(&jobs)
+            let op = sel.select();
+            match op.index() {
+                0 => op.recv(&jobs),
+                1 => {
+                    if let Ok(event) = op.recv(&holds) {
+                        on_hold_event(&core, event);
+                    }
+                    continue;
+                }
+                i => {
+                    if let Some((tx, event)) = heads.get(i - 2) {
+                        let sent = op.send(tx, event.clone()).is_ok();
+                        waiting.sent(tx, sent);
+                    }
+                    continue;
+                }
+            }
         };
         match job {
             Ok(Job::Deliver(to, event)) => {
                 for tx in to {
-                    let _ = tx.send(event.clone());
+                    waiting.deliver(tx, event.clone());
                 }
                 continue;
             }
@@ -65,6 +83,44 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                 .into_iter()
                 .filter_map(|c| attempt(&client, c, current))
                 .collect();
+        }
+    }
+}
+
+/// Events for bounded channels that were full, per channel, oldest first.
+#[derive(Default)]
+struct Backlog(Vec<(Sender<WatchEvent>, VecDeque<WatchEvent>)>);
+
+impl Backlog {
+    /// Sends `event` to `tx` now if it has room and nothing of it waits; otherwise keeps it.
+    /// A channel whose receivers are gone gets nothing.
+    fn deliver(&mut self, tx: Sender<WatchEvent>, event: WatchEvent) {
+        if let Some((_, queue)) = self.0.iter_mut().find(|(t, _)| t.same_channel(&tx)) {
+            queue.push_back(event);
+            return;
+        }
+        if let Err(TrySendError::Full(event)) = tx.try_send(event) {
+            self.0.push((tx, VecDeque::from([event])));
+        }
+    }
+
+    /// Each waiting channel with its oldest event.
+    fn heads(&self) -> Vec<(Sender<WatchEvent>, WatchEvent)> {
+        self.0
+            .iter()
+            .filter_map(|(tx, queue)| Some((tx.clone(), queue.front()?.clone())))
+            .collect()
+    }
+
+    /// The oldest event of `tx` went (`delivered`), or the channel is gone: forget it either
+    /// way, and the channel once nothing of it waits.
+    fn sent(&mut self, tx: &Sender<WatchEvent>, delivered: bool) {
+        if let Some(i) = self.0.iter().position(|(t, _)| t.same_channel(tx)) {
+            let queue = &mut self.0[i].1;
+            queue.pop_front();
+            if !delivered || queue.is_empty() {
+                self.0.remove(i);
+            }
         }
     }
 }
