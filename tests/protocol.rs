@@ -318,3 +318,37 @@ fn an_exists_watch_on_a_present_node_reports_its_deletion_during_a_disconnect() 
         .recv_timeout(std::time::Duration::from_millis(300))
         .is_err());
 }
+
+/// Issue 20, item 4: a watch dies with its session, and whoever waits on it must hear so
+/// (as Java's watchers get `Expired` and `Closed`), not wait for ever.
+#[test]
+fn watchers_hear_when_the_session_ends_or_the_client_closes() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    client
+        .create("/doomed", b"", CreateMode::Persistent)
+        .unwrap();
+    let (tx, rx) = unbounded();
+    client.data_watch("/doomed", &tx).unwrap();
+    let (bounded_tx, bounded_rx) = crossbeam_channel::bounded(1);
+    client.children_watch("/doomed", &bounded_tx).unwrap();
+    expire_and_renew(&f, &client);
+    let e = rx
+        .recv_timeout(SOON)
+        .expect("the watcher never heard that its session ended");
+    assert_eq!(
+        (e.kind, e.path.as_str()),
+        (WatchKind::SessionLost, "/doomed")
+    );
+    let e = bounded_rx
+        .recv_timeout(SOON)
+        .expect("nor did the bounded one");
+    assert_eq!(e.kind, WatchKind::SessionLost);
+
+    client.data_watch("/doomed", &tx).unwrap();
+    client.close();
+    let e = rx
+        .recv_timeout(SOON)
+        .expect("the watcher never heard that the client closed");
+    assert_eq!((e.kind, e.path.as_str()), (WatchKind::Closed, "/doomed"));
+}

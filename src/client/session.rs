@@ -31,7 +31,7 @@ use super::slot::Awaited;
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::touches::{Through, Touches};
-use super::types::WatchEvent;
+use super::types::{WatchEvent, WatchKind};
 use super::watches::{Registry, WatchType};
 use crate::connect_string::HostPort;
 use crate::error::{Error, Result};
@@ -627,7 +627,7 @@ impl Core {
                 std::io::Write::write_all(&mut stream, &set.encode())?;
             }
         } else {
-            self.watches.lock().clear();
+            self.end_watches(WatchKind::SessionLost);
         }
         let timeout = Duration::from_millis(answer.timeout_ms as u64);
         let read_timeout = timeout * 2 / 3;
@@ -933,6 +933,31 @@ impl Core {
         }
     }
 
+    /// Tells every watcher that its watch will never fire (`kind`: the session is lost, or
+    /// the client closed), and forgets them all. Unbounded channels hear at once; bounded ones
+    /// through the event thread, which never blocks on them (when closing, only if they have
+    /// room now). The client's own watch on held nodes is left out: the holds' tokens carry
+    /// the loss.
+    fn end_watches(&self, kind: WatchKind) {
+        let ended = self.watches.lock().drain();
+        for (path, tx) in ended {
+            if tx.same_channel(self.hold_watch_tx()) {
+                continue;
+            }
+            let event = WatchEvent {
+                kind,
+                path: strip(&self.config.prefix, &path),
+            };
+            if tx.capacity().is_none() {
+                let _ = tx.send(event);
+            } else if kind == WatchKind::Closed {
+                let _ = tx.try_send(event);
+            } else {
+                self.job(Job::Deliver(vec![tx], event));
+            }
+        }
+    }
+
     /// Publishes LOST for `id`. `declared`: the client decided it (the server said nothing),
     /// so the server may still keep the session; it is closed on the next connection.
     fn lose(&self, id: SessionId, why: &str, declared: bool) {
@@ -944,7 +969,7 @@ impl Core {
         let session = status.session.take();
         status.phase = Phase::Connecting;
         status.leader_saw = None;
-        self.watches.lock().clear();
+        self.end_watches(WatchKind::SessionLost);
         self.status_changed.notify_all();
         self.publish(ConnectionState::Lost, id);
         if declared {
@@ -1002,6 +1027,7 @@ impl Core {
             self.status_changed.notify_all();
         }
         self.subscribers.clear();
+        self.end_watches(WatchKind::Closed);
         debug!("client closed");
     }
 }

@@ -111,6 +111,11 @@ pub enum WatchKind {
     ChildrenChanged,
     /// Anything else the server may send (a watch removed).
     Other,
+    /// The watch will never fire: its session is gone (expired, or declared lost by the
+    /// client), and the server dropped its watches with it. Set it again on the new session.
+    SessionLost,
+    /// The watch will never fire: the client was closed.
+    Closed,
 }
 
 /// A fired watch. One-shot watches fire once; persistent ones (see

@@ -153,7 +153,7 @@ impl Registry {
             WatchKind::Created | WatchKind::DataChanged => &[Data, Exist],
             WatchKind::Deleted => &[Data, Exist, Child],
             WatchKind::ChildrenChanged => &[Child],
-            WatchKind::Other => &[],
+            WatchKind::Other | WatchKind::SessionLost | WatchKind::Closed => &[],
         };
         let mut out = Vec::new();
         for kind in one_shot {
@@ -219,9 +219,18 @@ impl Registry {
         out
     }
 
-    /// Forgets every watcher (the session is gone, and its watches with it).
-    pub fn clear(&mut self) {
-        self.map.clear();
+    /// Forgets every watcher (the session is gone, and its watches with it); returns each
+    /// channel once per path, to be told.
+    pub fn drain(&mut self) -> Vec<(String, Sender<WatchEvent>)> {
+        let mut out: Vec<(String, Sender<WatchEvent>)> = Vec::new();
+        for ((path, _), list) in self.map.drain() {
+            for w in list {
+                if !out.iter().any(|(p, t)| *p == path && t.same_channel(&w.tx)) {
+                    out.push((path.clone(), w.tx));
+                }
+            }
+        }
+        out
     }
 
     /// Registered watchers, all kinds.
