@@ -352,3 +352,33 @@ fn watchers_hear_when_the_session_ends_or_the_client_closes() {
         .expect("the watcher never heard that the client closed");
     assert_eq!((e.kind, e.path.as_str()), (WatchKind::Closed, "/doomed"));
 }
+
+/// Issue 20, item 5: removing one channel's watch must not take away a server watch another
+/// channel still needs. On 3.6–3.8 servers, removing a data or child watch also strips a
+/// persistent watch at the path.
+#[test]
+fn removing_one_channel_s_watch_leaves_another_channel_s_persistent_watch() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let other = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("shared-watch");
+    client.create(&path, b"", CreateMode::Persistent).unwrap();
+    let (persistent, events) = unbounded();
+    client
+        .add_watch(&path, zk_recipes::AddWatchMode::Persistent, &persistent)
+        .unwrap();
+    let (data_tx, _data_rx) = unbounded();
+    client.data_watch(&path, &data_tx).unwrap();
+    let (child_tx, _child_rx) = unbounded();
+    client.children_watch(&path, &child_tx).unwrap();
+    client.remove_watch(&path, &data_tx).unwrap();
+    client.remove_watch(&path, &child_tx).unwrap();
+
+    other.set_data(&path, b"changed", None).unwrap();
+    let e = events
+        .recv_timeout(SOON)
+        .expect("the persistent watch was stripped with the others");
+    assert_eq!(
+        (e.kind, e.path.as_str()),
+        (WatchKind::DataChanged, path.as_str())
+    );
+}

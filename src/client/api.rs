@@ -799,22 +799,24 @@ impl Client {
         )
     }
 
-    /// Removes every watch at `path` that reports into `tx`. Where no other channel waits on
-    /// that watch, the server is told to drop it too.
+    /// Removes every watch at `path` that reports into `tx`. The server is told to drop a
+    /// watch only where no other channel still needs what it does there; otherwise the
+    /// server's watch stays, and what it reports goes to nobody here.
     pub fn remove_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<()> {
         paths::validate(path, false)?;
         let full = self.full(path);
         for kind in self.core.forget_watch(&full, tx) {
+            use WatchType::*;
+            let left = self.core.watch_kinds(&full);
+            let needed = |kinds: &[WatchType]| kinds.iter().any(|k| left.contains(k));
             let kind = match kind {
-                // Servers before 3.9 remove a persistent watch only as "any watch at the path";
-                // while other kinds stay wanted there, the server's watch is left to report
-                // into nobody.
-                WatchType::Persistent | WatchType::PersistentRecursive => {
-                    if self.core.has_watches(&full) {
-                        continue;
-                    }
-                    None
-                }
+                // Servers before 3.9 remove a persistent watch only as "any watch at the path".
+                Persistent | PersistentRecursive if !left.is_empty() => continue,
+                Persistent | PersistentRecursive => None,
+                // One server watch serves data reads and `exists` alike; and servers 3.6–3.8
+                // strip a persistent watch at the path along with a data or child watch.
+                Data | Exist if needed(&[Data, Exist, Persistent, PersistentRecursive]) => continue,
+                Child if needed(&[Child, Persistent, PersistentRecursive]) => continue,
                 other => Some(other),
             };
             let req = Req::RemoveWatches { path: &full, kind };

@@ -441,9 +441,9 @@ impl Core {
         }
     }
 
-    /// True if any watcher waits at `path` (a server path).
-    pub fn has_watches(&self, path: &str) -> bool {
-        self.watches.lock().has_path(path)
+    /// The kinds of watch some channel still waits on at `path` (a server path).
+    pub fn watch_kinds(&self, path: &str) -> Vec<WatchType> {
+        self.watches.lock().kinds_at(path)
     }
 
     /// Cancels a watch whose caller stopped waiting for the answer.

@@ -119,12 +119,13 @@ impl Registry {
         emptied
     }
 
-    /// True if any watcher waits at `path`.
-    pub fn has_path(&self, path: &str) -> bool {
+    /// The kinds some watcher waits on at `path`.
+    pub fn kinds_at(&self, path: &str) -> Vec<WatchType> {
         use WatchType::*;
         [Data, Exist, Child, Persistent, PersistentRecursive]
             .into_iter()
-            .any(|kind| self.map.contains_key(&(path.to_owned(), kind)))
+            .filter(|kind| self.map.contains_key(&(path.to_owned(), *kind)))
+            .collect()
     }
 
     /// Cancels `reg`: not registered if its answer comes later, removed if it came already
