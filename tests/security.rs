@@ -134,3 +134,50 @@ fn a_scheme_the_server_refuses_fails_at_once_with_a_typed_error() {
         Err(Error::BadArguments(_))
     ));
 }
+
+/// Issue 20, item 6: a namespace (or chroot) below a parent the client may only read is made
+/// without writing what exists: the server checks CREATE on the parent before it says the
+/// node exists, so creating every component from the root fails with NoAuth.
+#[test]
+fn a_namespace_below_a_read_only_parent_is_made_without_touching_the_parent() {
+    let base = root("locked-parent");
+    let owner = client_as(
+        &server().connect_string(),
+        Some("admin:secret"),
+        Duration::from_secs(10),
+    );
+    // The parent: everyone may read it, only its creator may create under it.
+    owner
+        .create(&base, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    // Its child is open to all.
+    let open = Client::builder(&server().connect_string())
+        .connect()
+        .unwrap();
+    no_auth(open.create(
+        &format!("{base}/x"),
+        b"",
+        zk_recipes::CreateMode::Persistent,
+    ));
+    owner
+        .create_with_acl(
+            &format!("{base}/app"),
+            b"",
+            zk_recipes::CreateMode::Persistent,
+            &zk_recipes::acl::open(),
+        )
+        .unwrap();
+
+    let namespaced = Client::builder(&server().connect_string())
+        .namespace(&format!("{}/app/ns", &base[1..]))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .expect("the namespace is made below the open child");
+    namespaced
+        .create("/inside", b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    assert!(open
+        .exists(&format!("{base}/app/ns/inside"))
+        .unwrap()
+        .is_some());
+}

@@ -429,9 +429,36 @@ impl Client {
     }
 
     /// Creates every missing node of `full` (a server path): persistent up to byte
-    /// `containers_from`, containers below it.
+    /// `containers_from`, containers below it. Only below the deepest node that exists: the
+    /// server checks CREATE on the parent before it says a node exists, so writing what
+    /// exists under a parent we may only read fails `NoAuth`.
     fn make_path(&self, full: &str, acl: &[Acl], containers_from: usize) -> Result<()> {
-        for (i, _) in full.match_indices('/').skip(1).chain([(full.len(), "")]) {
+        let ends: Vec<usize> = full
+            .match_indices('/')
+            .skip(1)
+            .map(|(i, _)| i)
+            .chain([full.len()])
+            .collect();
+        let mut first_missing = ends.len();
+        for (k, &end) in ends.iter().enumerate().rev() {
+            let prefix = &full[..end];
+            let found = self.retried(prefix, Retry::OnConnectionLoss, || {
+                let req = Req::Exists {
+                    path: prefix.into(),
+                    watch: None,
+                };
+                match self.request(prefix, &req) {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.is_no_node() => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })?;
+            if found {
+                break;
+            }
+            first_missing = k;
+        }
+        for &i in &ends[first_missing..] {
             let prefix = &full[..i];
             let container = i > containers_from && !self.core.no_containers();
             let mode = if container {
