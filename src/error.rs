@@ -163,6 +163,15 @@ pub enum Error {
     /// An argument that cannot work (a connect string, a timeout, a size), caught before
     /// anything was sent.
     BadArguments(String),
+    /// A request larger than the servers take (`jute.maxbuffer`, see
+    /// [`ClientBuilder::max_request_size`](crate::ClientBuilder::max_request_size)); nothing was
+    /// sent, and the connection is untouched.
+    RequestTooLarge {
+        /// The request's size in bytes.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The client (or the recipe) has been closed; nothing more can be done with it.
     Closed,
     /// A recipe was used in a way its protocol forbids (for example releasing a lock from a
@@ -267,6 +276,11 @@ impl fmt::Display for Error {
             ),
             Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
             Error::BadArguments(msg) => write!(f, "bad arguments: {msg}"),
+            Error::RequestTooLarge { size, limit } => write!(
+                f,
+                "a request of {size} bytes is over the servers' limit of {limit} bytes \
+                 (jute.maxbuffer); nothing was sent"
+            ),
             Error::Protocol(msg) => write!(f, "ZooKeeper protocol error: {msg}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),

@@ -327,3 +327,35 @@ fn a_full_bounded_watch_channel_stalls_nothing() {
     );
     drop(rx2);
 }
+
+/// Issue 20, item 7: a request over the server's frame limit (`jute.maxbuffer`, 0xfffff
+/// bytes by default) makes the server drop the connection, which suspends every user of the
+/// client. It fails alone, with a typed error, before anything is sent.
+#[test]
+fn a_request_over_the_frame_limit_fails_alone_before_it_is_sent() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("too-large");
+    client.create(&path, b"", CreateMode::Persistent).unwrap();
+    let sub = client.subscribe();
+    let big = vec![7u8; 1024 * 1024];
+    let result = client.set_data(&path, &big, None);
+    assert!(
+        matches!(result, Err(Error::RequestTooLarge { .. })),
+        "{result:?}"
+    );
+    let ops: Vec<zk_recipes::Op> = (0..20)
+        .map(|i| zk_recipes::Op::Create {
+            path: format!("{path}/n{i}"),
+            data: vec![1; 60_000],
+            mode: CreateMode::Persistent,
+        })
+        .collect();
+    let result = client.multi(&ops);
+    assert!(
+        matches!(result, Err(Error::RequestTooLarge { .. })),
+        "{result:?}"
+    );
+    // The connection never broke.
+    assert!(client.exists(&path).unwrap().is_some());
+    assert!(sub.try_recv().is_none(), "the client was suspended");
+}

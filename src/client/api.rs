@@ -228,6 +228,14 @@ impl Client {
         if self.core.is_closed() {
             return Err(Error::Closed);
         }
+        let limit = self.core.config.max_request;
+        if let Some(size) = frames
+            .iter()
+            .map(|f| f.frame.len().saturating_sub(4))
+            .find(|&size| size > limit)
+        {
+            return Err(Error::RequestTooLarge { size, limit });
+        }
         let now = Instant::now();
         let mut until = now + self.core.config.connection_timeout;
         if let Some(g) = self.core.give_up_at() {

@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 use crate::paths;
 use crate::retry::RetryPolicy;
 
+/// ZooKeeper's default `jute.maxbuffer`: the largest frame a server reads.
+const MAX_REQUEST: usize = 0xfffff;
+
 /// Configures and opens a [`Client`]. Its `Debug` shows the auth schemes, never the
 /// credentials.
 #[derive(Clone)]
@@ -27,6 +30,7 @@ pub struct ClientBuilder {
     namespace: Option<String>,
     allow_read_only: bool,
     tick_time: Duration,
+    max_request: usize,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("retry", &self.retry)
             .field("namespace", &self.namespace)
             .field("allow_read_only", &self.allow_read_only)
+            .field("max_request", &self.max_request)
             .finish()
     }
 }
@@ -115,6 +120,16 @@ impl ClientBuilder {
         self
     }
 
+    /// The largest request the servers take, in bytes after the frame's length prefix: their
+    /// `jute.maxbuffer` (default 0xfffff, as in ZooKeeper). A larger request makes the server
+    /// drop the connection, and every user of the client with it; the client refuses it
+    /// instead, alone, with [`Error::RequestTooLarge`](crate::Error::RequestTooLarge), before
+    /// sending anything.
+    pub fn max_request_size(mut self, bytes: usize) -> Self {
+        self.max_request = bytes;
+        self
+    }
+
     fn config(&self) -> Result<Config> {
         let connect = ConnectString::parse(&self.connect_string)?;
         let sane =
@@ -168,6 +183,7 @@ impl ClientBuilder {
             prefix,
             allow_read_only: self.allow_read_only,
             tick_time: self.tick_time,
+            max_request: self.max_request,
         })
     }
 
@@ -238,6 +254,7 @@ impl Client {
             retry: RetryPolicy::default(),
             namespace: None,
             allow_read_only: false,
+            max_request: MAX_REQUEST,
         }
     }
 

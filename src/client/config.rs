@@ -21,6 +21,8 @@ pub(crate) struct Config {
     /// The ensemble's tick: how long a follower may hold a touch of the session before the
     /// leader has it.
     pub tick_time: Duration,
+    /// The largest request body the servers take (`jute.maxbuffer`).
+    pub max_request: usize,
 }
 
 impl Config {
