@@ -511,3 +511,34 @@ fn a_peer_that_trickles_bytes_is_declared_dead_by_the_read_timeout() {
     next_state(&sub, Reconnected);
     let _ = call.join().unwrap();
 }
+
+/// Issue 20, item 9: an answer that says the session expired is final: LOST comes at once,
+/// not when (or if) the server closes the connection.
+#[test]
+fn an_answer_that_says_session_expired_loses_the_session_at_once() {
+    init_logs();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(s) = stream else { return };
+            // setData (5) is answered SessionExpired; the connection stays open.
+            thread::spawn(move || {
+                answer_requests(s, false, |xid, opcode| {
+                    (opcode == 5).then(|| error_reply(xid, -112))
+                })
+            });
+        }
+    });
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let id = client.session_id().unwrap();
+    let sub = client.subscribe();
+    let _ = client.set_data("/x", b"1", None);
+    next_state(&sub, Suspended);
+    let lost = next_state(&sub, Lost);
+    assert_eq!(lost.session_id, id);
+}

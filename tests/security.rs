@@ -181,3 +181,50 @@ fn a_namespace_below_a_read_only_parent_is_made_without_touching_the_parent() {
         .unwrap()
         .is_some());
 }
+
+/// Issue 20, item 9: a server that enforces authentication closes the session of a client
+/// without it (`SessionClosedRequireSaslAuth`). That answer is terminal: the client stops
+/// (every call fails with it at once), instead of reconnecting again and again.
+#[test]
+fn a_server_that_requires_authentication_stops_a_client_without_it() {
+    use zk_recipes::testing::{FaultProxy, ServerOptions, TestingServer};
+    let server = TestingServer::with_options(ServerOptions {
+        system_properties: vec![
+            ("zookeeper.enforce.auth.enabled".into(), "true".into()),
+            ("zookeeper.enforce.auth.schemes".into(), "digest".into()),
+        ],
+        ..ServerOptions::default()
+    })
+    .unwrap();
+    // With credentials: served.
+    let allowed = client_as(
+        &server.connect_string(),
+        Some("alice:secret"),
+        Duration::from_secs(10),
+    );
+    assert!(allowed.exists("/").unwrap().is_some());
+
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let refused = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    let required = |r: zk_recipes::Result<Option<zk_recipes::Stat>>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::ZooKeeper {
+                    code: ZkCode::SessionClosedRequireSaslAuth,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    };
+    required(refused.exists("/"));
+    let accepted = proxy.accepted();
+    // Terminal: the next call fails the same way without a new connection.
+    required(refused.exists("/"));
+    assert!(!refused.is_connected());
+    assert_eq!(proxy.accepted(), accepted, "the client connected again");
+}

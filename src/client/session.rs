@@ -45,6 +45,8 @@ const FIRST_PAUSE: Duration = Duration::from_millis(20);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
+const SESSION_EXPIRED: i32 = -112;
+const SESSION_CLOSED_REQUIRE_AUTH: i32 = -124;
 
 /// The connection's keep-alives, and what its answers prove the leader has seen.
 struct Beats {
@@ -61,6 +63,18 @@ struct Beats {
     /// When the latest answer came: the server answers a session's requests in order, so the
     /// next one waited only from then (or from its send, if later).
     last_answer: Option<Instant>,
+    /// An answer said the session is over: the connection ends here.
+    ended: Option<Ended>,
+}
+
+/// How the server ended the session in an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// `SessionExpired`: LOST now, not when the server closes the connection.
+    Expired,
+    /// `SessionClosedRequireSaslAuth`: the server enforces authentication this client does not
+    /// have; it stops, as for refused credentials.
+    AuthRequired,
 }
 
 /// The live (or suspended) session.
@@ -90,8 +104,9 @@ struct Status {
     /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session
     /// timeout.
     silent_since: Option<Instant>,
-    /// The server refused our credentials: every call fails at once.
-    auth_failed: bool,
+    /// The client can never be served (credentials refused, or missing where the server
+    /// requires them): every call fails with this at once.
+    terminal: Option<Error>,
 }
 
 /// What the client counts for [`ClientMetrics`](super::ClientMetrics).
@@ -183,7 +198,7 @@ impl Core {
                 session: None,
                 leader_saw: None,
                 silent_since: None,
-                auth_failed: false,
+                terminal: None,
             }),
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
@@ -369,8 +384,8 @@ impl Core {
     pub fn wait_connected(&self, until: Instant) -> Result<SessionId> {
         let mut status = self.status.lock();
         loop {
-            if status.auth_failed {
-                return Err(Error::auth_failed());
+            if let Some(e) = &status.terminal {
+                return Err(e.clone());
             }
             match (&status.phase, &status.session) {
                 (Phase::Closed, _) => return Err(Error::Closed),
@@ -459,6 +474,18 @@ impl Core {
 
     // ----- the I/O thread -----
 
+    /// The client can never be served (refused or missing credentials): every call fails with
+    /// `error` from now on, and the I/O thread waits for the client to close.
+    fn stop_for(&self, error: Error) {
+        {
+            let mut status = self.status.lock();
+            status.terminal = Some(error.clone());
+            self.status_changed.notify_all();
+        }
+        self.outbox.shut(error);
+        let _ = self.stopped.recv();
+    }
+
     fn io_main(self: Arc<Core>) {
         let mut hosts = self.config.connect.hosts.clone();
         shuffle(&mut hosts);
@@ -473,19 +500,29 @@ impl Core {
             match self.handshake(&host, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
-                    self.serve(conn);
+                    match self.serve(conn) {
+                        Some(Ended::Expired) => {
+                            if let Some(id) = self.session_id() {
+                                self.lose(id, "the server answered that it expired", false);
+                            }
+                        }
+                        Some(Ended::AuthRequired) => {
+                            warn!(
+                                "the server requires authentication this client does not have; \
+                                 the client stops connecting"
+                            );
+                            return self.stop_for(Error::ZooKeeper {
+                                code: crate::ZkCode::SessionClosedRequireSaslAuth,
+                                path: String::new(),
+                            });
+                        }
+                        None => {}
+                    }
                 }
                 Err(Dial::Expired) => {}
                 Err(Dial::AuthFailed) => {
                     warn!("the server refused the credentials; the client stops connecting");
-                    {
-                        let mut status = self.status.lock();
-                        status.auth_failed = true;
-                        self.status_changed.notify_all();
-                    }
-                    self.outbox.shut(Error::auth_failed());
-                    let _ = self.stopped.recv();
-                    return;
+                    return self.stop_for(Error::auth_failed());
                 }
                 Err(Dial::Failed(why)) => {
                     debug!("no connection to {}:{}: {why}", host.host, host.port);
@@ -686,8 +723,9 @@ impl Core {
         true
     }
 
-    /// Reads answers until the connection dies, pinging it while idle.
-    fn serve(&self, mut conn: Conn) {
+    /// Reads answers until the connection dies, pinging it while idle. Returns how the server
+    /// ended the session, if an answer said so.
+    fn serve(&self, mut conn: Conn) -> Option<Ended> {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
         // The lease heartbeat: a write the leader checks the session for, whenever the lease
@@ -705,6 +743,7 @@ impl Core {
             touches: Touches::new(tick),
             read_only: conn.read_only,
             last_answer: None,
+            ended: None,
         };
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
@@ -768,6 +807,9 @@ impl Core {
                     if let Err(e) = self.on_frame(frame, &mut beats) {
                         break format!("the server sent what the protocol does not allow: {}", e.0);
                     }
+                    if let Some(ended) = beats.ended {
+                        break format!("the server ended the session ({ended:?})");
+                    }
                 }
                 // Whatever fell due is sent at the top of the loop.
                 Err(e) if timed_out(&e) => {}
@@ -775,6 +817,7 @@ impl Core {
             }
         };
         self.disconnected(conn.epoch, &why);
+        beats.ended
     }
 
     /// The send time of the latest answer that extended the lease bound.
@@ -902,6 +945,11 @@ impl Core {
                     beats.touches.touched(pending.sent, now);
                 }
                 pending.answer.fulfil(reply);
+                beats.ended = match err {
+                    SESSION_EXPIRED => Some(Ended::Expired),
+                    SESSION_CLOSED_REQUIRE_AUTH => Some(Ended::AuthRequired),
+                    _ => beats.ended,
+                };
             }
         }
         Ok(())

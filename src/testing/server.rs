@@ -33,6 +33,9 @@ pub struct ServerOptions {
     /// An ensemble's `syncLimit`, in ticks: how long a follower keeps serving after it last
     /// heard from the leader. Default 20.
     pub sync_limit: u32,
+    /// More JVM system properties for the server, `(name, value)` (for example
+    /// `("zookeeper.enforce.auth.enabled", "true")`).
+    pub system_properties: Vec<(String, String)>,
 }
 
 impl Default for ServerOptions {
@@ -46,6 +49,7 @@ impl Default for ServerOptions {
             container_check_interval: None,
             extended_types: false,
             sync_limit: 20,
+            system_properties: Vec::new(),
         }
     }
 }
@@ -62,6 +66,9 @@ impl ServerOptions {
         }
         if self.extended_types {
             props.push("-Dzookeeper.extendedTypesEnabled=true".to_owned());
+        }
+        for (name, value) in &self.system_properties {
+            props.push(format!("-D{name}={value}"));
         }
         props
     }
