@@ -4,8 +4,9 @@ use std::time::Duration;
 
 /// Exponential backoff with a cap, bounded by a number of retries and by total elapsed time.
 ///
-/// The n-th retry (n starting at 0) waits `base * 2^n`, capped at `max_sleep`; no retry starts
-/// once `max_retries` have been made or `max_elapsed` has passed since the first attempt.
+/// The n-th retry (n starting at 0) waits `base * 2^n`, capped at `max_sleep` (with jitter:
+/// between half of that and all of it), then the next connection; no retry starts once
+/// `max_retries` have been made or `max_elapsed` has passed since the first attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// First backoff.
@@ -49,9 +50,24 @@ impl RetryPolicy {
     }
 }
 
+/// `d` with jitter: somewhere between half of it and all of it, so that clients that lost
+/// their connection together do not come back together.
+pub(crate) fn jitter(d: Duration) -> Duration {
+    d / 2 + (d / 2).mul_f64(fastrand::f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_keeps_between_half_and_all() {
+        let d = Duration::from_millis(400);
+        for _ in 0..1000 {
+            let j = jitter(d);
+            assert!(j >= d / 2 && j <= d, "{j:?}");
+        }
+    }
 
     #[test]
     fn doubles_up_to_the_cap_and_stops() {

@@ -194,3 +194,37 @@ fn refused_connections_shorter_than_the_session_end_in_the_same_session() {
     assert_eq!(next_state(&sub, Reconnected).session_id, id);
     assert!(client.exists("/").unwrap().is_some());
 }
+
+/// Issue 20, item 8: a call retried on connection loss waits its policy's backoff between
+/// attempts (with jitter: at least half of it), not only for the next connection.
+#[test]
+fn retries_wait_their_backoff() {
+    let f = faulty();
+    let connection_timeout = Duration::from_millis(200);
+    let base = Duration::from_millis(400);
+    let client = zk_recipes::Client::builder(&f.proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .tick_time(Duration::from_millis(100))
+        .connection_timeout(connection_timeout)
+        .retry_policy(zk_recipes::RetryPolicy {
+            base,
+            max_sleep: base,
+            max_retries: 3,
+            max_elapsed: Duration::from_secs(60),
+        })
+        .connect()
+        .unwrap();
+    f.proxy.refuse();
+    let started = std::time::Instant::now();
+    let result = client.exists("/");
+    let took = started.elapsed();
+    assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
+    // Four attempts, each waiting the connection timeout for a connection, and three
+    // backoffs of at least half the base between them.
+    let least = connection_timeout * 4 + base / 2 * 3;
+    assert!(
+        took >= least,
+        "four attempts took {took:?}, less than {least:?}"
+    );
+    f.proxy.heal();
+}

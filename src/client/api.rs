@@ -294,13 +294,20 @@ impl Client {
             match f() {
                 Err(Error::ConnectionLoss) if retry == Retry::OnConnectionLoss => {
                     let policy = &self.core.config.retry;
-                    if self.core.silent_too_long()
-                        || policy.backoff(retries, started.elapsed()).is_none()
-                    {
-                        return Err(Error::ConnectionLoss);
-                    }
+                    let backoff = match policy.backoff(retries, started.elapsed()) {
+                        Some(b) if !self.core.silent_too_long() => b,
+                        _ => return Err(Error::ConnectionLoss),
+                    };
                     retries += 1;
                     warn!("connection loss at {path}; retry {retries}");
+                    // The backoff, never past the caller's deadline; closing ends it.
+                    let mut wait = crate::retry::jitter(backoff);
+                    if let Some(d) = self.deadline {
+                        wait = wait.min(d.saturating_duration_since(Instant::now()));
+                    }
+                    if self.core.pause(wait) {
+                        return Err(Error::Closed);
+                    }
                 }
                 other => return other,
             }

@@ -488,7 +488,8 @@ impl Core {
 
     fn io_main(self: Arc<Core>) {
         let mut hosts = self.config.connect.hosts.clone();
-        shuffle(&mut hosts);
+        // Spreads clients over the ensemble.
+        fastrand::shuffle(&mut hosts);
         let mut failures = 0u32;
         let mut next = 0usize;
         while !self.is_closed() {
@@ -536,12 +537,19 @@ impl Core {
                             Some(at) => pause.min(at.saturating_duration_since(Instant::now())),
                             None => pause,
                         };
-                        // Waits for the next attempt's time, or for shutdown.
-                        let _ = self.stopped.recv_timeout(pause);
+                        // Waits for the next attempt's time (with jitter, so that clients
+                        // cut off together do not all come back at once), or for shutdown.
+                        let _ = self.stopped.recv_timeout(crate::retry::jitter(pause));
                     }
                 }
             }
         }
+    }
+
+    /// Waits `d`, or less if the client closes meanwhile: then true.
+    pub fn pause(&self, d: Duration) -> bool {
+        let _ = self.stopped.recv_timeout(d);
+        self.is_closed()
     }
 
     /// When the suspended session is to be declared lost.
@@ -1077,22 +1085,6 @@ impl Core {
         self.subscribers.clear();
         self.end_watches(WatchKind::Closed);
         debug!("client closed");
-    }
-}
-
-/// Spreads clients over the ensemble: a Fisher–Yates shuffle seeded from the clock and the
-/// process id (no need for a random-number crate for this).
-fn shuffle<T>(items: &mut [T]) {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut x = nanos ^ (u64::from(std::process::id()) << 32) | 1;
-    for i in (1..items.len()).rev() {
-        // xorshift64
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        items.swap(i, (x % (i as u64 + 1)) as usize);
     }
 }
 
