@@ -359,3 +359,57 @@ fn a_request_over_the_frame_limit_fails_alone_before_it_is_sent() {
     assert!(client.exists(&path).unwrap().is_some());
     assert!(sub.try_recv().is_none(), "the client was suspended");
 }
+
+/// Issue 20: the calls a user of the Java client reaches for. A listing with the parent's stat,
+/// the number of all descendants, and reads of several nodes at one point in time.
+#[test]
+fn children_with_stat_all_children_number_and_multi_read() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let base = root("reads");
+    client
+        .create(&base, b"top", CreateMode::Persistent)
+        .unwrap();
+    for name in ["a", "b"] {
+        let p = format!("{base}/{name}");
+        client
+            .create(&p, name.as_bytes(), CreateMode::Persistent)
+            .unwrap();
+        client
+            .create(&format!("{p}/x"), b"", CreateMode::Persistent)
+            .unwrap();
+    }
+    let (mut kids, stat) = client.children_stat(&base).unwrap();
+    kids.sort();
+    assert_eq!(kids, ["a", "b"]);
+    assert_eq!(stat.num_children, 2);
+    assert_eq!(client.all_children_number(&base).unwrap(), 4);
+
+    let results = client
+        .multi_read(&[
+            zk_recipes::Op::GetData {
+                path: format!("{base}/a"),
+            },
+            zk_recipes::Op::GetChildren {
+                path: format!("{base}/b"),
+            },
+            zk_recipes::Op::GetData {
+                path: format!("{base}/missing"),
+            },
+        ])
+        .unwrap();
+    assert!(matches!(&results[0], Ok(zk_recipes::OpResult::Data(d, _)) if d == b"a"));
+    assert!(matches!(&results[1], Ok(zk_recipes::OpResult::Children(c)) if c == &["x"]));
+    assert!(
+        matches!(&results[2], Err(e) if e.is_no_node()),
+        "{:?}",
+        results[2]
+    );
+    // Writes are refused before anything is sent.
+    assert!(matches!(
+        client.multi_read(&[zk_recipes::Op::Delete {
+            path: base.clone(),
+            version: None
+        }]),
+        Err(Error::BadArguments(_))
+    ));
+}

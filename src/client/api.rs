@@ -645,6 +645,35 @@ impl Client {
         )
     }
 
+    /// The node's children (names, in no particular order) and the node's own stat, from one
+    /// read.
+    pub fn children_stat(&self, path: &str) -> Result<(Vec<String>, Stat)> {
+        self.read(
+            path,
+            None,
+            |p, w| Req::GetChildren {
+                path: p.to_owned().into(),
+                watch: w,
+            },
+            |r| {
+                let mut d = r.record();
+                Ok((d.strs()?, d.stat()?))
+            },
+        )
+    }
+
+    /// How many nodes there are below `path`, at every depth (ZooKeeper ≥ 3.6).
+    pub fn all_children_number(&self, path: &str) -> Result<u32> {
+        self.read(
+            path,
+            None,
+            |p, _| Req::GetAllChildrenNumber {
+                path: p.to_owned().into(),
+            },
+            |r| Ok(u32::try_from(r.record().i32()?).unwrap_or(0)),
+        )
+    }
+
     /// Sets the node's data; with `version`, only if the node is still at that version.
     /// Retried on connection loss only without a version (a retry with one could fail on the
     /// first attempt's own change).
@@ -778,6 +807,37 @@ impl Client {
             ));
         }
         Ok(out)
+    }
+
+    /// Reads several nodes at one point in time (ZooKeeper ≥ 3.6): [`Op::GetData`] and
+    /// [`Op::GetChildren`] only (others are refused with `BadArguments`). Each result stands
+    /// on its own: a missing node fails its read alone. Retried on connection loss.
+    pub fn multi_read(&self, ops: &[Op]) -> Result<Vec<Result<OpResult>>> {
+        if let Some(op) = ops
+            .iter()
+            .find(|o| !matches!(o, Op::GetData { .. } | Op::GetChildren { .. }))
+        {
+            return Err(Error::BadArguments(format!(
+                "a multi_read holds data reads and listings only, not {op:?}"
+            )));
+        }
+        let full = self.validate_ops(ops)?;
+        let acl = &self.core.config.acl;
+        let req = Req::MultiRead(
+            ops.iter()
+                .zip(&full)
+                .map(|(op, p)| Req::from_op(op, p, acl))
+                .collect(),
+        );
+        let path = ops.first().map_or("/", Op::path);
+        let reply = self.retried(path, Retry::OnConnectionLoss, || {
+            self.request(path, &req).map(|(reply, _)| reply)
+        })?;
+        Ok(request::multi_read_results(&reply, ops.len())?
+            .into_iter()
+            .zip(ops)
+            .map(|(r, op)| r.map_err(|code| Error::from_wire(code, op.path())))
+            .collect())
     }
 
     /// Sends every operation before waiting for any answer (the server answers them in

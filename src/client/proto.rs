@@ -14,6 +14,8 @@ pub(crate) mod op {
     pub const GET_DATA: i32 = 4;
     pub const SET_DATA: i32 = 5;
     pub const GET_ACL: i32 = 6;
+    /// `getChildren` without the stat: what a `multiRead` lists with.
+    pub const GET_CHILDREN: i32 = 8;
     pub const SET_ACL: i32 = 7;
     pub const SYNC: i32 = 9;
     pub const PING: i32 = 11;
@@ -24,9 +26,11 @@ pub(crate) mod op {
     pub const REMOVE_WATCHES: i32 = 18;
     pub const CREATE_CONTAINER: i32 = 19;
     pub const CREATE_TTL: i32 = 21;
+    pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
     pub const GET_EPHEMERALS: i32 = 103;
+    pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
     pub const WHO_AM_I: i32 = 107;

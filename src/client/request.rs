@@ -68,6 +68,11 @@ pub(crate) enum Req<'a> {
         prefix: &'a str,
     },
     Multi(Vec<Req<'a>>),
+    /// Reads at one point in time (ZooKeeper ≥ 3.6): `GetData` and `GetChildren` only.
+    MultiRead(Vec<Req<'a>>),
+    GetAllChildrenNumber {
+        path: Cow<'a, str>,
+    },
 }
 
 impl<'a> Req<'a> {
@@ -131,6 +136,8 @@ impl<'a> Req<'a> {
             Req::WhoAmI => op::WHO_AM_I,
             Req::GetEphemerals { .. } => op::GET_EPHEMERALS,
             Req::Multi(_) => op::MULTI,
+            Req::MultiRead(_) => op::MULTI_READ,
+            Req::GetAllChildrenNumber { .. } => op::GET_ALL_CHILDREN_NUMBER,
         }
     }
 
@@ -190,6 +197,21 @@ impl<'a> Req<'a> {
             Req::WhoAmI => {}
             Req::GetEphemerals { prefix } => {
                 e.str(prefix);
+            }
+            Req::GetAllChildrenNumber { path } => {
+                e.str(path);
+            }
+            Req::MultiRead(ops) => {
+                for sub in ops {
+                    // A listing in a multiRead is a plain getChildren (no stat).
+                    let code = match sub {
+                        Req::GetChildren { .. } => op::GET_CHILDREN,
+                        other => other.opcode(),
+                    };
+                    e.i32(code).bool(false).i32(-1);
+                    sub.body(e);
+                }
+                e.i32(op::ERROR).bool(true).i32(-1);
             }
             Req::Multi(ops) => {
                 for sub in ops {
@@ -333,6 +355,34 @@ pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Resul
         }
     }
     if expected != usize::MAX && out.len() != expected {
+        return Err(Malformed("fewer results than operations"));
+    }
+    Ok(out)
+}
+
+/// A `multiRead`'s per-operation results: `Err(code)` for one that failed.
+pub(crate) fn multi_read_results(
+    reply: &Reply,
+    expected: usize,
+) -> Decoded<Vec<Result<OpResult, i32>>> {
+    let mut d = reply.record();
+    let mut out = Vec::with_capacity(expected.min(64));
+    loop {
+        let (kind, done, _err) = proto::multi_header(&mut d)?;
+        if done {
+            break;
+        }
+        out.push(match kind {
+            op::GET_DATA => Ok(OpResult::Data(d.buffer()?, d.stat()?)),
+            op::GET_CHILDREN | op::GET_CHILDREN2 => Ok(OpResult::Children(d.strs()?)),
+            op::ERROR => Err(d.i32()?),
+            _ => return Err(Malformed("unknown operation in a multiRead's answer")),
+        });
+        if out.len() > expected {
+            return Err(Malformed("more results than operations"));
+        }
+    }
+    if out.len() != expected {
         return Err(Malformed("fewer results than operations"));
     }
     Ok(out)
