@@ -413,3 +413,34 @@ fn children_with_stat_all_children_number_and_multi_read() {
         Err(Error::BadArguments(_))
     ));
 }
+
+/// Issue 20: re-attaching to a session from its id and password (handed over from another
+/// process, as Java's `ZooKeeper(..., sessionId, sessionPasswd)`), and a clear error when it
+/// has expired.
+#[test]
+fn a_client_reattaches_to_a_live_session_and_refuses_an_expired_one() {
+    let first = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("reattach");
+    let node = first.create(&path, b"", CreateMode::Ephemeral).unwrap();
+    let (id, passwd) = first.testing_session_credentials().unwrap();
+    let second = Client::builder(&server().connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .session(id, passwd.clone())
+        .connect()
+        .unwrap();
+    assert_eq!(second.session_id(), Some(id));
+    assert_eq!(
+        second.exists(&node).unwrap().unwrap().ephemeral_owner,
+        id.0,
+        "the node of the session it took over"
+    );
+    // Closing the session ends it on the server; re-attaching then fails.
+    second.close();
+    let again = Client::builder(&server().connect_string())
+        .session(id, passwd)
+        .connect();
+    assert!(
+        matches!(again, Err(Error::SessionLost { session_id }) if session_id == id),
+        "{again:?}"
+    );
+}

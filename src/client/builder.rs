@@ -13,6 +13,7 @@ use crate::connect_string::ConnectString;
 use crate::error::{Error, Result};
 use crate::paths;
 use crate::retry::RetryPolicy;
+use crate::SessionId;
 
 /// ZooKeeper's default `jute.maxbuffer`: the largest frame a server reads.
 const MAX_REQUEST: usize = 0xfffff;
@@ -31,6 +32,8 @@ pub struct ClientBuilder {
     allow_read_only: bool,
     tick_time: Duration,
     max_request: usize,
+    /// A session to re-attach to: its id and password.
+    resume: Option<(SessionId, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("namespace", &self.namespace)
             .field("allow_read_only", &self.allow_read_only)
             .field("max_request", &self.max_request)
+            .field("session", &self.resume.as_ref().map(|(id, _)| *id))
             .finish()
     }
 }
@@ -130,6 +134,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Re-attaches to an existing session instead of making a new one (a session handed over
+    /// from another process, with the id and password its client had). `connect` fails with
+    /// `SessionLost` if the session has expired.
+    pub fn session(mut self, id: SessionId, password: Vec<u8>) -> Self {
+        self.resume = Some((id, password));
+        self
+    }
+
     fn config(&self) -> Result<Config> {
         let connect = ConnectString::parse(&self.connect_string)?;
         let sane =
@@ -184,6 +196,7 @@ impl ClientBuilder {
             allow_read_only: self.allow_read_only,
             tick_time: self.tick_time,
             max_request: self.max_request,
+            resume: self.resume.clone(),
         })
     }
 
@@ -225,6 +238,12 @@ impl ClientBuilder {
             }
             Err(e) => return Err(e),
         }
+        if let Some((id, _)) = &self.resume {
+            if client.session_id() != Some(*id) {
+                client.close();
+                return Err(Error::SessionLost { session_id: *id });
+            }
+        }
         let (granted, tick) = (client.session_timeout(), self.tick_time);
         if granted < tick * 4 {
             log::warn!(
@@ -255,6 +274,7 @@ impl Client {
             namespace: None,
             allow_read_only: false,
             max_request: MAX_REQUEST,
+            resume: None,
         }
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct Config {
     pub tick_time: Duration,
     /// The largest request body the servers take (`jute.maxbuffer`).
     pub max_request: usize,
+    /// A session to re-attach to at the first connection: id and password.
+    pub resume: Option<(crate::SessionId, Vec<u8>)>,
 }
 
 impl Config {

@@ -186,6 +186,12 @@ impl Core {
     /// client's second thread, which the caller starts and hands back with
     /// [`adopt_thread`](Self::adopt_thread).
     pub fn start(config: Config) -> Result<(Arc<Core>, Inbox)> {
+        // A session handed over: the first connection re-attaches to it.
+        let resume = config.resume.as_ref().map(|(id, passwd)| Session {
+            id: *id,
+            timeout: config.session_timeout,
+            passwd: passwd.clone(),
+        });
         let (jobs, jobs_rx) = unbounded();
         let (hold_tx, hold_rx) = unbounded();
         let (stop, stopped) = unbounded();
@@ -195,7 +201,7 @@ impl Core {
             watches: Mutex::new(Registry::default()),
             status: Mutex::new(Status {
                 phase: Phase::Connecting,
-                session: None,
+                session: resume,
                 leader_saw: None,
                 silent_since: None,
                 terminal: None,
