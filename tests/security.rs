@@ -228,3 +228,38 @@ fn a_server_that_requires_authentication_stops_a_client_without_it() {
     assert!(!refused.is_connected());
     assert_eq!(proxy.accepted(), accepted, "the client connected again");
 }
+
+/// Issue 20: credentials added to a live client (`add_auth`, as Java's `addAuthInfo`) work at
+/// once and are replayed on every new connection; a scheme the server does not know fails.
+#[test]
+fn credentials_added_at_run_time_work_and_survive_a_reconnect() {
+    use zk_recipes::testing::FaultProxy;
+    let path = root("added-auth");
+    let owner = client_as(
+        &server().connect_string(),
+        Some("carol:secret"),
+        Duration::from_secs(10),
+    );
+    // Only carol may read it.
+    owner
+        .create_with_acl(
+            &path,
+            b"hers",
+            zk_recipes::CreateMode::Persistent,
+            &zk_recipes::acl::creator_all(),
+        )
+        .unwrap();
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let later = client_as(&proxy.connect_string(), None, Duration::from_secs(10));
+    no_auth(later.data(&path));
+    later.add_auth("digest", b"carol:secret").unwrap();
+    assert_eq!(later.data(&path).unwrap().0, b"hers");
+
+    let sub = later.subscribe();
+    proxy.cut();
+    next_state(&sub, ConnectionState::Suspended);
+    next_state(&sub, ConnectionState::Reconnected);
+    assert_eq!(later.data(&path).unwrap().0, b"hers", "not replayed");
+
+    assert!(later.add_auth("no-such-scheme", b"x").is_err());
+}

@@ -931,6 +931,22 @@ impl Client {
         Ok(())
     }
 
+    /// Adds credentials to the live client (as Java's `addAuthInfo`): sent on the current
+    /// connection at once, and replayed on every new one. Waits for the server's answer, at
+    /// most the connection timeout (or this handle's deadline).
+    ///
+    /// # Errors
+    /// `AuthFailed` when the server refuses them (it then drops the connection; the client
+    /// comes back without them); `ConnectionLoss` when no connection is open or it broke
+    /// before the answer (nothing is kept: call again once connected).
+    pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
+        let mut until = Instant::now() + self.core.config.connection_timeout;
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        self.core.add_auth(scheme, credentials, until)
+    }
+
     /// The identities the server has authenticated this connection as (ZooKeeper ≥ 3.7;
     /// `Unimplemented` before).
     pub fn who_am_i(&self) -> Result<Vec<ClientInfo>> {

@@ -245,6 +245,18 @@ impl Outbox {
         Ok(())
     }
 
+    /// Writes a frame with a reserved xid on whatever connection is open now.
+    pub fn send_reserved_now(&self, frame: &[u8]) -> io::Result<()> {
+        let mut w = self.wire.lock();
+        let s = w
+            .stream
+            .as_mut()
+            .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
+        s.write_all(frame)?;
+        w.last_send = Instant::now();
+        Ok(())
+    }
+
     /// The oldest request waiting for an answer, which must be `xid`: the server answers a
     /// connection's requests in order, so anything else is a broken stream.
     pub fn complete(&self, xid: i32) -> std::result::Result<Pending, proto::Malformed> {

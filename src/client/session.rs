@@ -126,6 +126,12 @@ pub(crate) struct Core {
     subscribers: Subscribers,
     /// Tokens of things held under a session, marked when that session is lost.
     tokens: Mutex<Vec<Weak<SessionToken>>>,
+    /// Credentials added at run time (`Client::add_auth`), replayed after the configured
+    /// ones on every new connection.
+    added_auth: Mutex<Vec<(String, Vec<u8>)>>,
+    /// Callers of `add_auth` waiting for the server's answer on the current connection, in
+    /// the order their packets went out.
+    auth_waiters: Mutex<std::collections::VecDeque<Sender<i32>>>,
     /// How many of those are alive: while none is, nothing is held and no lease heartbeat goes
     /// out (a client that holds nothing costs the ensemble no writes).
     live_tokens: Arc<AtomicUsize>,
@@ -209,6 +215,8 @@ impl Core {
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
             tokens: Mutex::new(Vec::new()),
+            added_auth: Mutex::new(Vec::new()),
+            auth_waiters: Mutex::new(std::collections::VecDeque::new()),
             live_tokens: Arc::new(AtomicUsize::new(0)),
             counters: Counters::default(),
             last_zxid: AtomicI64::new(0),
@@ -552,6 +560,35 @@ impl Core {
         }
     }
 
+    /// Sends `scheme` credentials on the current connection and waits for the server's
+    /// answer until `until`; on success they are replayed on every later connection.
+    pub fn add_auth(&self, scheme: &str, credentials: &[u8], until: Instant) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        {
+            // Registered before the packet goes, under the lock the reader takes for the
+            // answer, so the answer cannot come first.
+            let mut waiters = self.auth_waiters.lock();
+            self.outbox
+                .send_reserved_now(&proto::auth_request(scheme, credentials))
+                .map_err(|_| Error::ConnectionLoss)?;
+            waiters.push_back(tx);
+        }
+        match rx.recv_deadline(until) {
+            Ok(0) => {
+                self.added_auth
+                    .lock()
+                    .push((scheme.to_owned(), credentials.to_vec()));
+                Ok(())
+            }
+            Ok(_) => Err(Error::auth_failed()),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::timeout(
+                format!("the server's answer to {scheme} credentials"),
+                until.saturating_duration_since(Instant::now()),
+            )),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::ConnectionLoss),
+        }
+    }
+
     /// Waits `d`, or less if the client closes meanwhile: then true.
     pub fn pause(&self, d: Duration) -> bool {
         let _ = self.stopped.recv_timeout(d);
@@ -654,10 +691,17 @@ impl Core {
                 false,
             );
         }
-        for (scheme, credentials) in &self.config.auth {
+        let auth: Vec<(String, Vec<u8>)> = self
+            .config
+            .auth
+            .iter()
+            .cloned()
+            .chain(self.added_auth.lock().iter().cloned())
+            .collect();
+        for (scheme, credentials) in &auth {
             std::io::Write::write_all(&mut stream, &proto::auth_request(scheme, credentials))?;
         }
-        for _ in &self.config.auth {
+        for _ in &auth {
             let frame = reader.read_frame(&mut stream, Some(until))?;
             let header =
                 ReplyHeader::decode(&mut Dec::new(&frame)).map_err(|e| Dial::Failed(e.0.into()))?;
@@ -905,7 +949,14 @@ impl Core {
                     );
                 }
             }
-            xid::AUTH => return Err(proto::Malformed("auth answer after the handshake")),
+            xid::AUTH => {
+                let waiter = self
+                    .auth_waiters
+                    .lock()
+                    .pop_front()
+                    .ok_or(proto::Malformed("an auth answer nobody asked for"))?;
+                let _ = waiter.send(header.err);
+            }
             x => {
                 let pending = self.outbox.complete(x)?;
                 if let Some(w) = pending.watch.as_ref() {
@@ -979,6 +1030,8 @@ impl Core {
 
     fn disconnected(&self, epoch: u64, why: &str) {
         self.outbox.close(epoch);
+        // Auth packets of this connection go unanswered: their callers hear ConnectionLoss.
+        self.auth_waiters.lock().clear();
         if self.is_closed() {
             return;
         }
