@@ -1,0 +1,244 @@
+//! What the lock recipes use of the client: protected creates, guaranteed deletes, session
+//! tokens, the watch on held nodes; and the test hooks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::acl::Acl;
+use crate::client::config::strip;
+use crate::client::conn::Outgoing;
+use crate::client::events::{Chore, Job, Then};
+use crate::client::request::{self, Req};
+use crate::client::token;
+use crate::client::types::{CreateMode, WatchEvent};
+use crate::client::watches::{WatchReg, WatchType};
+use crate::error::{Error, Result};
+use crate::paths;
+use crate::retry::RetryPolicy;
+use crate::session_id::SessionId;
+
+use super::{check_data, checked, Client};
+
+impl Client {
+    /// The client's retry policy.
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.core.config.retry
+    }
+
+    /// The ACL nodes get unless a recipe gives its own.
+    pub(crate) fn default_acl(&self) -> &[Acl] {
+        &self.core.config.acl
+    }
+
+    /// Waits for a live session until `deadline` (or the connection timeout) and returns it;
+    /// `Timeout` when a deadline was given and passed.
+    pub(crate) fn wait_session(&self, deadline: Option<Instant>, what: &str) -> Result<SessionId> {
+        let fallback = Instant::now() + self.core.config.connection_timeout;
+        match self.core.wait_connected(deadline.unwrap_or(fallback)) {
+            Ok(id) => Ok(id),
+            Err(Error::ConnectionLoss) if deadline.is_some() => Err(Error::timeout(
+                format!("a session to {what}"),
+                Duration::ZERO,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// True once the connection has been silent for a whole session timeout.
+    pub(crate) fn silent_too_long(&self) -> bool {
+        self.core.silent_too_long()
+    }
+
+    /// A token that is marked when `session` is lost (or suspended, with `lost_on_suspend`);
+    /// `None` if `session` is no longer the client's.
+    pub(crate) fn session_token(
+        &self,
+        session: SessionId,
+        lost_on_suspend: bool,
+    ) -> Option<Arc<token::SessionToken>> {
+        self.core.session_token(session, lost_on_suspend)
+    }
+
+    /// Creates an ephemeral sequential node whose name carries `marker` under `parent`, for
+    /// the locks, and lists `parent` right behind it without waiting in between: the server
+    /// answers a session's requests in order, so the listing includes the new node, and an
+    /// uncontended lock is had in one round trip. Returns the node's path, the session it was
+    /// made under, and the listing if it came (`None` if only the listing failed). With
+    /// `line_watch`, the listing also leaves a children watch reporting there.
+    ///
+    /// Never retried: `ConnectionLoss` when the create's answer is lost. At this handle's
+    /// deadline a create still on the wire is handed to the janitor, which removes whatever it
+    /// makes, and the caller gets `Timeout`.
+    pub(crate) fn create_protected(
+        &self,
+        parent: &str,
+        prefix: &str,
+        data: &[u8],
+        marker: &str,
+        acl: &[Acl],
+        line_watch: Option<&Sender<WatchEvent>>,
+    ) -> Result<(String, SessionId, Option<Vec<String>>)> {
+        let path = paths::join(parent, prefix);
+        paths::validate(&path, true)?;
+        check_data(data)?;
+        let (full, full_parent) = (self.full(&path), self.full(parent));
+        let create = Req::Create {
+            path: &full,
+            data,
+            acl,
+            mode: CreateMode::EphemeralSequential,
+        };
+        let list = Req::GetChildren {
+            path: full_parent.as_str().into(),
+            watch: line_watch.map(|tx| WatchReg::new(&full_parent, WatchType::Child, tx)),
+        };
+        let mut tickets = self.send(vec![create.outgoing(), list.outgoing()])?;
+        let (Some(listed), Some(ticket)) = (tickets.pop(), tickets.pop()) else {
+            return Err(Error::ConnectionLoss);
+        };
+        let session = ticket.session;
+        // The server answers in order, so the listing's answer comes right after the create's:
+        // waiting for the listing first wakes this thread once for both.
+        let listing = listed.answer.wait(self.deadline);
+        if let Some(d) = self.deadline {
+            if !ticket.answer.ready(d) {
+                self.core.finish_later(
+                    ticket.answer,
+                    Then::Created {
+                        parent: parent.to_owned(),
+                        marker: marker.to_owned(),
+                    },
+                    session,
+                );
+                return Err(Error::timeout(
+                    format!("the create of {path}"),
+                    Duration::ZERO,
+                ));
+            }
+        }
+        let reply = self.wait(ticket, &path, None)?;
+        let (created, _) = request::created(&reply)?;
+        // A listing that failed (or did not come by the deadline) is simply not used.
+        let line = match listing {
+            Ok(Some(reply)) => checked(reply, parent)
+                .ok()
+                .and_then(|r| r.record().strs().ok()),
+            _ => None,
+        };
+        Ok((strip(&self.core.config.prefix, &created), session, line))
+    }
+
+    /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what
+    /// cannot finish by then is finished by the janitor while the session lives.
+    pub(crate) fn remove_own(&self, path: &str, session: SessionId) {
+        let chore = Chore::Delete {
+            path: path.to_owned(),
+            session,
+        };
+        if paths::validate(path, false).is_err() || self.session_id() != Some(session) {
+            return;
+        }
+        let full = self.full(path);
+        let req = Req::Delete {
+            path: &full,
+            version: -1,
+        };
+        let ticket = match self.send(vec![req.outgoing()]) {
+            Ok(mut t) => match t.pop() {
+                Some(t) => t,
+                None => return self.core.job(Job::Chore(chore)),
+            },
+            Err(_) => return self.core.job(Job::Chore(chore)),
+        };
+        let answered = match self.deadline {
+            Some(d) => ticket.answer.ready(d),
+            None => true,
+        };
+        if !answered {
+            return self.core.finish_later(
+                ticket.answer,
+                Then::Deleted {
+                    path: path.to_owned(),
+                },
+                session,
+            );
+        }
+        match self.wait(ticket, path, None) {
+            Ok(_) => {}
+            Err(e) if e.is_no_node() => {}
+            Err(_) => self.core.job(Job::Chore(chore)),
+        }
+    }
+
+    /// Watches a held node: if anyone deletes it (an operator, a revocation tool), `token` is
+    /// marked lost, so the hold's `is_held()` turns false, `check()` fails and `lost()` fires.
+    /// The watch goes out without waiting for its answer: it costs no round trip.
+    pub(crate) fn watch_hold(&self, path: &str, token: &Arc<token::SessionToken>) {
+        self.core.track_hold(path, token);
+        // Never waits for a connection: without one, the event thread sets it on reconnect.
+        let now = self.with_deadline(Instant::now());
+        if !now.watch_hold_again(path) {
+            self.core.job(Job::Chore(Chore::WatchHold {
+                path: path.to_owned(),
+                session: token.session,
+            }));
+        }
+    }
+
+    /// (Re)sets the watch on a held node without waiting for the answer (the reader thread
+    /// marks the hold lost if the node is already gone). False if it could not be sent.
+    pub(crate) fn watch_hold_again(&self, path: &str) -> bool {
+        let full = self.full(path);
+        let req = Req::GetData {
+            path: full.as_str().into(),
+            watch: Some(WatchReg::new(
+                &full,
+                WatchType::Data,
+                self.core.hold_watch_tx(),
+            )),
+        };
+        let out = Outgoing {
+            hold: true,
+            ..req.outgoing()
+        };
+        self.send(vec![out]).is_ok()
+    }
+
+    /// Stops watching a held node (it is being released).
+    pub(crate) fn unwatch_hold(&self, path: &str) {
+        self.core.untrack_hold(path);
+        self.core
+            .forget_watch(&self.full(path), self.core.hold_watch_tx());
+    }
+
+    /// Hands the janitor the removal of every child of `parent` carrying `marker`.
+    pub(crate) fn remove_marked_later(&self, parent: &str, marker: &str, session: SessionId) {
+        self.core.job(Job::Chore(Chore::DeleteMarked {
+            parent: parent.to_owned(),
+            marker: marker.to_owned(),
+            session,
+        }));
+    }
+
+    /// Takes `tx` off the watches at `path` (a waiter that gives up).
+    pub(crate) fn forget_watch(&self, path: &str, tx: &Sender<WatchEvent>) {
+        self.core.forget_watch(&self.full(path), tx);
+    }
+
+    /// Test hook: the current session's id and password, as a second client would need them to
+    /// take the session over (which is how tests make the server expire it).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_session_credentials(&self) -> Option<(SessionId, Vec<u8>)> {
+        self.core.session_credentials()
+    }
+
+    /// Test hook: how many watchers the client's registry holds.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_watch_count(&self) -> usize {
+        self.core.watch_count()
+    }
+}

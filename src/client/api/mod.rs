@@ -1,0 +1,381 @@
+//! The client's handle and its request path: validation, the path prefix, deadlines and
+//! retries. The calls live by family: `nodes.rs` (writes, transactions), `reads.rs`,
+//! `watches.rs`, and `locks.rs` (the small API the recipes use: protected create,
+//! guaranteed delete, session tokens, the watch on held nodes).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use log::warn;
+
+use super::conn::{Outgoing, Reply, Ticket};
+use super::request::Req;
+use super::session::{Core, Phase};
+use super::state::Subscription;
+use super::types::WatchEvent;
+use super::watches::{WatchReg, WatchType};
+use crate::error::{Error, Result};
+use crate::paths;
+use crate::session_id::SessionId;
+
+mod locks;
+mod nodes;
+mod reads;
+mod watches;
+
+/// Counts a client keeps, read with [`Client::metrics`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientMetrics {
+    /// Requests this client's operations sent, retries included (pings, the handshake and the
+    /// janitor's background clean-up are not counted).
+    pub requests: u64,
+    /// Watch notifications delivered to this client's watchers.
+    pub watch_events: u64,
+}
+
+/// A listing the reader thread sent for a lock waiter the moment its watch fired (see
+/// [`Client::data_watch_then_list`]).
+#[derive(Default)]
+pub(crate) struct Prefetch(parking_lot::Mutex<Option<Ticket>>);
+
+/// Largest node data ZooKeeper accepts with its default `jute.maxbuffer`.
+pub const MAX_DATA_LEN: usize = 1024 * 1024;
+
+/// Closes the session when the last user handle goes.
+struct Owner {
+    core: Arc<Core>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.core.shutdown();
+    }
+}
+
+/// A ZooKeeper client whose session state can be trusted. Cheap to clone; the session closes
+/// when the last clone is dropped or [`close`](Self::close) is called.
+///
+/// Requests from any number of threads share one connection and are pipelined: each is
+/// written on its caller's thread, and the client's reader thread hands each answer to its
+/// caller. Every call either completes, fails with a typed [`Error`], or (with a deadline set
+/// by [`with_deadline`](Self::with_deadline)) returns `Timeout` at the deadline. Reads,
+/// deletes and creation of persistent nodes are retried on connection loss under the retry
+/// policy, once the client is connected again; sequential and ephemeral creates are never
+/// retried blindly.
+///
+/// Watches report into channels you give (`crossbeam_channel::Sender<WatchEvent>`). An
+/// unbounded channel gets each event from the client's reader thread at once. A bounded one
+/// never stalls the client: when it is full, its events wait inside the client, in order, and
+/// go as soon as it has room (they are never dropped while a receiver lives; a channel whose
+/// receivers are all gone gets nothing). Drain bounded channels: what waits for them is kept
+/// in memory.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use zk_recipes::{Client, CreateMode};
+///
+/// # fn main() -> zk_recipes::Result<()> {
+/// let client = Client::builder("127.0.0.1:2181")
+///     .session_timeout(Duration::from_secs(10))
+///     .connect()?;
+/// client.ensure_path("/app/config")?;
+/// client.create("/app/config/mode", b"fast", CreateMode::Persistent)?;
+/// let (data, _stat) = client.data("/app/config/mode")?;
+/// assert_eq!(data, b"fast");
+/// println!("session {}", client.session_id().expect("connected"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    core: Arc<Core>,
+    /// `None` for the client's own background handle, which must never close the session.
+    owner: Option<Arc<Owner>>,
+    deadline: Option<Instant>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("session_id", &self.session_id())
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    Never,
+    OnConnectionLoss,
+}
+
+impl Client {
+    /// The first handle of a new client: the session closes when it and every clone are gone.
+    pub(crate) fn owning(core: Arc<Core>) -> Client {
+        Client {
+            owner: Some(Arc::new(Owner { core: core.clone() })),
+            core,
+            deadline: None,
+        }
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The client's own handle for background work: bounded by `deadline`, and dropping it
+    /// never closes the session.
+    pub(crate) fn background(core: Arc<Core>, deadline: Instant) -> Client {
+        Client {
+            core,
+            owner: None,
+            deadline: Some(deadline),
+        }
+    }
+
+    /// A handle to the same session whose calls all end by `deadline`: a call still waiting
+    /// then returns `Error::Timeout`.
+    pub fn with_deadline(&self, deadline: Instant) -> Client {
+        Client {
+            core: self.core.clone(),
+            owner: self.owner.clone(),
+            deadline: Some(deadline),
+        }
+    }
+
+    /// [`with_deadline`](Self::with_deadline) `now + timeout`.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        self.with_deadline(Instant::now() + timeout)
+    }
+
+    /// The deadline of this handle, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The current session (also while suspended); `None` while a new one is being built or
+    /// after close.
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.core.session_id()
+    }
+
+    /// The session timeout the server granted (the requested one before the first session).
+    pub fn session_timeout(&self) -> Duration {
+        self.core.session_timeout()
+    }
+
+    /// The instant before which the leader cannot have expired the current session: the send
+    /// time of the latest touch of the session that the leader has certainly applied, plus the
+    /// negotiated timeout. A touch counts once a write answered through the leader was sent at
+    /// least a tick (see [`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time)) after
+    /// the touch was answered; `recipes/README.md` ("Lease bound") derives why. It does not
+    /// depend on any event being delivered, stops advancing as soon as the connection goes
+    /// silent or the server loses its leader, and never moves on a read-only server. `None`
+    /// when there is no session.
+    ///
+    /// While the client holds something (a lock, a lease, a leadership, or waits for one), a
+    /// heartbeat write keeps the bound at least half a session timeout ahead; while it holds
+    /// nothing, only its own writes move it (an idle client writes nothing).
+    pub fn session_valid_until(&self) -> Option<Instant> {
+        self.core.session_valid_until()
+    }
+
+    /// True while requests can be made under a live session.
+    pub fn is_connected(&self) -> bool {
+        self.core.phase() == Phase::Connected
+    }
+
+    /// What this client has sent and received so far.
+    pub fn metrics(&self) -> ClientMetrics {
+        let c = &self.core.counters;
+        ClientMetrics {
+            requests: c.requests.load(Ordering::Relaxed),
+            watch_events: c.watch_events.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Subscribes to connection state changes, from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.core.subscribe()
+    }
+
+    /// Blocks until connected (at most `timeout`) and returns the session id.
+    pub fn wait_connected(&self, timeout: Duration) -> Result<SessionId> {
+        self.core
+            .wait_connected(Instant::now() + timeout)
+            .map_err(|e| match e {
+                Error::ConnectionLoss => Error::timeout("a ZooKeeper session", timeout),
+                e => e,
+            })
+    }
+
+    /// Closes the session (its ephemeral nodes go at once) and stops the client's threads.
+    /// Every clone is closed with it.
+    pub fn close(&self) {
+        self.core.shutdown();
+    }
+
+    // ----- the request path -----
+
+    /// `path` with the chroot and namespace in front, as the server names it.
+    pub(crate) fn full(&self, path: &str) -> String {
+        self.core.config.full(path)
+    }
+
+    /// Sends requests back to back, waiting for a connection at most until this handle's
+    /// deadline, the connection timeout, or a session timeout after the connection went
+    /// silent.
+    fn send(&self, frames: Vec<Outgoing>) -> Result<Vec<Ticket>> {
+        if self.core.is_closed() {
+            return Err(Error::Closed);
+        }
+        let limit = self.core.config.max_request;
+        if let Some(size) = frames
+            .iter()
+            .map(|f| f.frame.len().saturating_sub(4))
+            .find(|&size| size > limit)
+        {
+            return Err(Error::RequestTooLarge { size, limit });
+        }
+        let now = Instant::now();
+        let mut until = now + self.core.config.connection_timeout;
+        if let Some(g) = self.core.give_up_at() {
+            until = until.min(g.max(now));
+        }
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        if self.owner.is_some() {
+            self.core
+                .counters
+                .requests
+                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        }
+        match self.core.outbox.send(frames, until) {
+            Err(Error::ConnectionLoss) if self.deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(Error::timeout("a connection to ZooKeeper", Duration::ZERO))
+            }
+            other => other,
+        }
+    }
+
+    /// Waits for a ticket's answer until this handle's deadline. A watch the request would
+    /// have set is cancelled if the caller stops waiting.
+    fn wait(&self, ticket: Ticket, path: &str, watch: Option<&WatchReg>) -> Result<Reply> {
+        let Ok(answer) = ticket.answer.wait(self.deadline) else {
+            if let Some(w) = watch {
+                self.core.cancel_watch(w);
+            }
+            return Err(Error::timeout(
+                format!("ZooKeeper's answer at {path}"),
+                self.deadline
+                    .map_or(Duration::ZERO, |d| d.saturating_duration_since(ticket.sent)),
+            ));
+        };
+        checked(answer.ok_or(Error::ConnectionLoss)?, path)
+    }
+
+    /// One request, one answer, and the session it ran under.
+    fn request(&self, path: &str, req: &Req<'_>) -> Result<(Reply, SessionId)> {
+        let watch = req.watch_reg();
+        let ticket = self
+            .send(vec![req.outgoing()])?
+            .pop()
+            .ok_or(Error::ConnectionLoss)?;
+        let session = ticket.session;
+        Ok((self.wait(ticket, path, watch.as_ref())?, session))
+    }
+
+    /// Runs `f` with the retry rule `retry`: a connection loss is retried (waiting for the
+    /// next connection) while the policy allows and the session may still be alive.
+    fn retried<T>(&self, path: &str, retry: Retry, f: impl Fn() -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let mut retries = 0;
+        loop {
+            match f() {
+                Err(Error::ConnectionLoss) if retry == Retry::OnConnectionLoss => {
+                    let policy = &self.core.config.retry;
+                    let backoff = match policy.backoff(retries, started.elapsed()) {
+                        Some(b) if !self.core.silent_too_long() => b,
+                        _ => return Err(Error::ConnectionLoss),
+                    };
+                    retries += 1;
+                    warn!("connection loss at {path}; retry {retries}");
+                    // The backoff, never past the caller's deadline; closing ends it.
+                    let mut wait = crate::retry::jitter(backoff);
+                    if let Some(d) = self.deadline {
+                        wait = wait.min(d.saturating_duration_since(Instant::now()));
+                    }
+                    if self.core.pause(wait) {
+                        return Err(Error::Closed);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A validated, prefixed read, retried on connection loss; `decode` reads the answer.
+    fn read<T>(
+        &self,
+        path: &str,
+        watch: Option<(WatchType, &Sender<WatchEvent>)>,
+        make: impl Fn(&str, Option<WatchReg>) -> Req<'static>,
+        decode: impl Fn(&Reply) -> Result<T>,
+    ) -> Result<T> {
+        let reg = watch.map(|(kind, tx)| WatchReg::new(&self.full(path), kind, tx));
+        self.read_with(path, reg, make, decode)
+    }
+
+    /// [`read`](Self::read) with a watch registration of the caller's making.
+    fn read_with<T>(
+        &self,
+        path: &str,
+        reg: Option<WatchReg>,
+        make: impl Fn(&str, Option<WatchReg>) -> Req<'static>,
+        decode: impl Fn(&Reply) -> Result<T>,
+    ) -> Result<T> {
+        paths::validate(path, false)?;
+        let full = self.full(path);
+        self.retried(path, Retry::OnConnectionLoss, || {
+            let (reply, _) = self.request(path, &make(&full, reg.clone()))?;
+            decode(&reply)
+        })
+    }
+
+    /// Adds credentials to the live client (as Java's `addAuthInfo`): sent on the current
+    /// connection at once, and replayed on every new one. Waits for the server's answer, at
+    /// most the connection timeout (or this handle's deadline).
+    ///
+    /// # Errors
+    /// `AuthFailed` when the server refuses them (it then drops the connection; the client
+    /// comes back without them); `ConnectionLoss` when no connection is open or it broke
+    /// before the answer (nothing is kept: call again once connected).
+    pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
+        let mut until = Instant::now() + self.core.config.connection_timeout;
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        self.core.add_auth(scheme, credentials, until)
+    }
+}
+
+/// The reply, or the error its header reports.
+fn checked(reply: Reply, path: &str) -> Result<Reply> {
+    match reply.header.err {
+        0 => Ok(reply),
+        code => Err(Error::from_wire(code, path)),
+    }
+}
+
+fn check_data(data: &[u8]) -> Result<()> {
+    if data.len() > MAX_DATA_LEN {
+        return Err(Error::BadArguments(format!(
+            "node data of {} bytes is over ZooKeeper's {} byte limit",
+            data.len(),
+            MAX_DATA_LEN
+        )));
+    }
+    Ok(())
+}
