@@ -232,22 +232,19 @@ impl Outbox {
 
     /// Writes a frame that expects no queued answer (a ping) on connection `epoch`.
     pub fn send_reserved(&self, epoch: u64, frame: &[u8]) -> io::Result<()> {
-        let mut w = self.wire.lock();
-        if w.epoch != epoch {
-            return Err(io::ErrorKind::NotConnected.into());
-        }
-        let s = w
-            .stream
-            .as_mut()
-            .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
-        s.write_all(frame)?;
-        w.last_send = Instant::now();
-        Ok(())
+        self.write_reserved(Some(epoch), frame)
     }
 
     /// Writes a frame with a reserved xid on whatever connection is open now.
     pub fn send_reserved_now(&self, frame: &[u8]) -> io::Result<()> {
+        self.write_reserved(None, frame)
+    }
+
+    fn write_reserved(&self, epoch: Option<u64>, frame: &[u8]) -> io::Result<()> {
         let mut w = self.wire.lock();
+        if epoch.is_some_and(|e| e != w.epoch) {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
         let s = w
             .stream
             .as_mut()

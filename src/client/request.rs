@@ -328,42 +328,45 @@ pub(crate) fn leader_vouched(anchors: Anchors, reply: &Reply) -> bool {
 /// that would have succeeded but was rolled back with the failure before it, -2 for one after).
 /// `expected`: how many operations were sent (`usize::MAX`: not known).
 pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Result<OpResult, i32>>> {
-    let mut d = reply.record();
-    let mut out = Vec::with_capacity(expected.min(64));
-    loop {
-        let (kind, done, _err) = proto::multi_header(&mut d)?;
-        if done {
-            break;
-        }
-        out.push(match kind {
-            op::CREATE => Ok(OpResult::Created {
+    results(reply, expected, |kind, d| {
+        Ok(match kind {
+            op::CREATE => OpResult::Created {
                 path: d.str()?,
                 stat: Default::default(),
-            }),
-            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => Ok(OpResult::Created {
+            },
+            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => OpResult::Created {
                 path: d.str()?,
                 stat: d.stat()?,
-            }),
-            op::DELETE => Ok(OpResult::Deleted),
-            op::SET_DATA => Ok(OpResult::DataSet(d.stat()?)),
-            op::CHECK => Ok(OpResult::Checked),
-            op::ERROR => Err(d.i32()?),
+            },
+            op::DELETE => OpResult::Deleted,
+            op::SET_DATA => OpResult::DataSet(d.stat()?),
+            op::CHECK => OpResult::Checked,
             _ => return Err(Malformed("unknown operation in a transaction's answer")),
-        });
-        if out.len() > expected {
-            return Err(Malformed("more results than operations"));
-        }
-    }
-    if expected != usize::MAX && out.len() != expected {
-        return Err(Malformed("fewer results than operations"));
-    }
-    Ok(out)
+        })
+    })
 }
 
 /// A `multiRead`'s per-operation results: `Err(code)` for one that failed.
 pub(crate) fn multi_read_results(
     reply: &Reply,
     expected: usize,
+) -> Decoded<Vec<Result<OpResult, i32>>> {
+    results(reply, expected, |kind, d| {
+        Ok(match kind {
+            op::GET_DATA => OpResult::Data(d.buffer()?, d.stat()?),
+            op::GET_CHILDREN | op::GET_CHILDREN2 => OpResult::Children(d.strs()?),
+            _ => return Err(Malformed("unknown operation in a multiRead's answer")),
+        })
+    })
+}
+
+/// The results of a `multi` or `multiRead` answer: each a `(type, done, err)` header, then
+/// the record `one` reads for its type, or an error code; `expected` of them (`usize::MAX`:
+/// any number).
+fn results(
+    reply: &Reply,
+    expected: usize,
+    one: impl Fn(i32, &mut proto::Dec<'_>) -> Decoded<OpResult>,
 ) -> Decoded<Vec<Result<OpResult, i32>>> {
     let mut d = reply.record();
     let mut out = Vec::with_capacity(expected.min(64));
@@ -373,16 +376,14 @@ pub(crate) fn multi_read_results(
             break;
         }
         out.push(match kind {
-            op::GET_DATA => Ok(OpResult::Data(d.buffer()?, d.stat()?)),
-            op::GET_CHILDREN | op::GET_CHILDREN2 => Ok(OpResult::Children(d.strs()?)),
             op::ERROR => Err(d.i32()?),
-            _ => return Err(Malformed("unknown operation in a multiRead's answer")),
+            kind => Ok(one(kind, &mut d)?),
         });
         if out.len() > expected {
             return Err(Malformed("more results than operations"));
         }
     }
-    if out.len() != expected {
+    if expected != usize::MAX && out.len() != expected {
         return Err(Malformed("fewer results than operations"));
     }
     Ok(out)
