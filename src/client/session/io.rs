@@ -209,7 +209,32 @@ impl Core {
                 .map_or_else(|| vec![0; 16], |s| s.passwd.clone()),
             read_only: self.config.allow_read_only,
         };
-        std::io::Write::write_all(&mut stream, &request.encode())?;
+        // Pipelined, as the Java client does: the credentials, and on a resumed session the
+        // watches to restore, go right behind the connect request. The server reads them only
+        // once the session is established (or drops them with the connection if it expired),
+        // answers the credentials at once and the watches through its pipeline, so their
+        // answers come in this order.
+        let auth: Vec<(String, Vec<u8>)> = self
+            .config
+            .auth
+            .iter()
+            .cloned()
+            .chain(self.added_auth.lock().iter().cloned())
+            .collect();
+        let mut out = request.encode();
+        for (scheme, credentials) in &auth {
+            out.extend_from_slice(&proto::auth_request(scheme, credentials));
+        }
+        if resume.is_some() {
+            let restore = self
+                .watches
+                .lock()
+                .to_restore(self.last_zxid.load(Ordering::SeqCst));
+            for set in restore {
+                out.extend_from_slice(&set.encode());
+            }
+        }
+        std::io::Write::write_all(&mut stream, &out)?;
         let mut reader = FrameReader::new();
         let answer = ConnectResponse::decode(&reader.read_frame(&mut stream, Some(until))?)
             .map_err(|e| Dial::Failed(format!("bad connect answer: {}", e.0)))?;
@@ -234,16 +259,6 @@ impl Core {
                 false,
             );
         }
-        let auth: Vec<(String, Vec<u8>)> = self
-            .config
-            .auth
-            .iter()
-            .cloned()
-            .chain(self.added_auth.lock().iter().cloned())
-            .collect();
-        for (scheme, credentials) in &auth {
-            std::io::Write::write_all(&mut stream, &proto::auth_request(scheme, credentials))?;
-        }
         for _ in &auth {
             let frame = reader.read_frame(&mut stream, Some(until))?;
             let header =
@@ -256,15 +271,7 @@ impl Core {
         }
         let id = SessionId(answer.session_id);
         let resumed = resume.as_ref().is_some_and(|s| s.id == id);
-        if resumed {
-            let restore = self
-                .watches
-                .lock()
-                .to_restore(self.last_zxid.load(Ordering::SeqCst));
-            for set in restore {
-                std::io::Write::write_all(&mut stream, &set.encode())?;
-            }
-        } else {
+        if !resumed {
             self.end_watches(WatchKind::SessionLost);
         }
         let timeout = Duration::from_millis(answer.timeout_ms as u64);
