@@ -260,3 +260,72 @@ fn a_write_answered_after_a_leader_stall_does_not_vouch_for_touches_the_leader_m
     cluster.rejoin(follower);
     assert_vouched_before(failed_at, acquired_at);
 }
+
+/// Issue 20: read-only mode done fully. A member cut off from its quorum serves reads (with
+/// `readonlymode.enabled`); a client that allows it is `ConnectedReadOnly` there, with a
+/// session of that server's own. Once the quorum is back, the client takes a new session from
+/// a read-write server (as the Java client does: a read-only session is never resumed there),
+/// without a LOST for the session that was never the ensemble's.
+#[test]
+fn a_read_only_member_serves_reads_and_the_quorum_gives_a_new_session() {
+    init_logs();
+    // A read-only server makes local sessions only.
+    let options = ServerOptions {
+        system_properties: vec![("readonlymode.enabled".into(), "true".into())],
+        config: vec![("localSessionsEnabled".into(), "true".into())],
+        ..ServerOptions::default()
+    };
+    let cluster = TestingCluster::with_options(3, options).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let setup = connect(&cluster.connect_string(), Duration::from_secs(10));
+    let path = root("read-only");
+    setup
+        .create(&path, b"before", CreateMode::Persistent)
+        .unwrap();
+    setup.sync(&path).unwrap();
+    drop(setup);
+    let survivor = 0;
+    cluster.kill(1);
+    cluster.kill(2);
+    // The survivor starts its read-only server a while after it lost the quorum.
+    wait_for(SOON, || {
+        zk_recipes::testing::four_letter(cluster.addr(survivor), "isro", Duration::from_secs(1))
+            .ok()
+            .filter(|a| a.trim() == "ro")
+    })
+    .expect("the survivor never served read-only");
+
+    let client = zk_recipes::Client::builder(&cluster.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .allow_read_only(true)
+        .connect()
+        .unwrap();
+    assert!(client.is_read_only());
+    let ro_session = client.session_id().unwrap();
+    let sub = client.subscribe();
+    assert_eq!(client.data(&path).unwrap().0, b"before");
+    assert!(matches!(
+        client.set_data(&path, b"no", None),
+        Err(zk_recipes::Error::ZooKeeper {
+            code: zk_recipes::ZkCode::NotReadOnly,
+            ..
+        })
+    ));
+
+    cluster.restart(1).unwrap();
+    cluster.restart(2).unwrap();
+    // Back on the quorum: a new session, no LOST.
+    let connected = loop {
+        let e = sub
+            .recv_timeout(SOON)
+            .expect("no new session from the quorum");
+        assert_ne!(e.state, Lost, "LOST for a read-only session");
+        if e.state == Connected {
+            break e;
+        }
+    };
+    assert_ne!(connected.session_id, ro_session);
+    assert!(!client.is_read_only());
+    client.set_data(&path, b"after", None).unwrap();
+}

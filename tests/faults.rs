@@ -133,7 +133,7 @@ fn server_side_expiry_is_reported_as_lost_then_a_new_session_connected() {
         match e.state {
             Suspended | Reconnected => assert_eq!(e.session_id, old),
             Lost => lost = Some(e),
-            Connected => panic!("CONNECTED before LOST"),
+            Connected | ConnectedReadOnly => panic!("CONNECTED before LOST"),
         }
     }
     assert_eq!(lost.unwrap().session_id, old);

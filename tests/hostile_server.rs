@@ -336,7 +336,8 @@ fn a_read_only_server_never_extends_the_lease() {
     let first = first_conn.lock().take().expect("the first connection");
     first.shutdown(std::net::Shutdown::Both).unwrap();
     next_state(&sub, Suspended);
-    next_state(&sub, Reconnected);
+    next_state(&sub, ConnectedReadOnly);
+    assert!(client.is_read_only());
     assert_eq!(
         client.set_data("/x", b"2", None),
         Err(Error::ZooKeeper {

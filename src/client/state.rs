@@ -30,6 +30,11 @@ pub enum ConnectionState {
     /// The session is gone: the server expired it, or it could not be reached for a full
     /// session timeout. Its ephemeral nodes, and so its locks, are gone.
     Lost,
+    /// Connected to a server cut off from its quorum that serves reads only (with
+    /// [`ClientBuilder::allow_read_only`](crate::ClientBuilder::allow_read_only)). The session
+    /// is that server's own: writes fail `NotReadOnly`, nothing can be held, and once a
+    /// read-write server is reached the client takes a new session there (`Connected`).
+    ConnectedReadOnly,
 }
 
 impl ConnectionState {
@@ -37,7 +42,9 @@ impl ConnectionState {
     pub fn is_connected(self) -> bool {
         matches!(
             self,
-            ConnectionState::Connected | ConnectionState::Reconnected
+            ConnectionState::Connected
+                | ConnectionState::Reconnected
+                | ConnectionState::ConnectedReadOnly
         )
     }
 }

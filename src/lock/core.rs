@@ -726,7 +726,9 @@ impl LockCore {
                         ConnectionState::Lost if e.session_id == token.session => {
                             return Err(Error::SessionLost { session_id: token.session })
                         }
-                        ConnectionState::Connected if e.session_id != token.session => {
+                        ConnectionState::Connected | ConnectionState::ConnectedReadOnly
+                            if e.session_id != token.session =>
+                        {
                             return Err(Error::SessionLost { session_id: token.session })
                         }
                         _ => {}

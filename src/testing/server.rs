@@ -36,6 +36,8 @@ pub struct ServerOptions {
     /// More JVM system properties for the server, `(name, value)` (for example
     /// `("zookeeper.enforce.auth.enabled", "true")`).
     pub system_properties: Vec<(String, String)>,
+    /// More `zoo.cfg` lines, `(key, value)` (for example `("localSessionsEnabled", "true")`).
+    pub config: Vec<(String, String)>,
 }
 
 impl Default for ServerOptions {
@@ -50,6 +52,7 @@ impl Default for ServerOptions {
             extended_types: false,
             sync_limit: 20,
             system_properties: Vec::new(),
+            config: Vec::new(),
         }
     }
 }
@@ -93,6 +96,9 @@ impl ServerOptions {
             "forceSync={}",
             if self.force_sync { "yes" } else { "no" }
         );
+        for (key, value) in &self.config {
+            let _ = writeln!(cfg, "{key}={value}");
+        }
         cfg
     }
 }

@@ -181,6 +181,12 @@ impl Client {
         self.core.session_valid_until()
     }
 
+    /// True while the connection is to a read-only server (see
+    /// [`ConnectionState::ConnectedReadOnly`](crate::ConnectionState::ConnectedReadOnly)).
+    pub fn is_read_only(&self) -> bool {
+        self.core.is_read_only()
+    }
+
     /// True while requests can be made under a live session.
     pub fn is_connected(&self) -> bool {
         self.core.phase() == Phase::Connected

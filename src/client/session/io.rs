@@ -168,7 +168,12 @@ impl Core {
     /// Opens a connection to `host`, attaches a session (the live one if there is one) and
     /// makes it ready for requests: credentials, then the watches to restore.
     fn handshake(&self, host: &HostPort, hosts: usize) -> std::result::Result<Conn, Dial> {
-        let resume = self.status.lock().session.clone();
+        // Only a session the ensemble knows is resumed: one a read-only server made is its
+        // own, and a read-write server is asked for a new one (as the Java client does).
+        let resume = {
+            let status = self.status.lock();
+            status.session.clone().filter(|_| status.session_is_global)
+        };
         let timeout = resume
             .as_ref()
             .map_or(self.config.session_timeout, |s| s.timeout);
@@ -236,7 +241,23 @@ impl Core {
         }
         std::io::Write::write_all(&mut stream, &out)?;
         let mut reader = FrameReader::new();
-        let answer = ConnectResponse::decode(&reader.read_frame(&mut stream, Some(until))?)
+        let frame = reader.read_frame(&mut stream, Some(until))?;
+        // A server that will not make the session (a read-only one without local sessions
+        // answers `NotReadOnly`) sends a bare reply header instead of a connect answer.
+        if frame.len() == 16 {
+            if let Ok(header) = ReplyHeader::decode(&mut Dec::new(&frame)) {
+                return Err(Dial::Failed(format!(
+                    "the server refused to make a session (error {}{})",
+                    header.err,
+                    if header.err == -119 {
+                        ": a read-only server gives sessions only with localSessionsEnabled"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        }
+        let answer = ConnectResponse::decode(&frame)
             .map_err(|e| Dial::Failed(format!("bad connect answer: {}", e.0)))?;
         if answer.timeout_ms <= 0 {
             return match resume {
@@ -286,7 +307,7 @@ impl Core {
         };
         // A read-only server has no leader: attaching there proves nothing about the session.
         let anchor = (!answer.read_only).then_some(sent_at);
-        if !self.connected(writer, session, epoch, anchor) {
+        if !self.connected(writer, session, epoch, anchor, answer.read_only) {
             return Err(Dial::Failed("closing".into()));
         }
         self.connecting.lock().take();
@@ -299,7 +320,8 @@ impl Core {
         })
     }
 
-    /// The connection is ready: opens the gate and publishes CONNECTED or RECONNECTED.
+    /// The connection is ready: opens the gate and publishes CONNECTED, RECONNECTED or
+    /// CONNECTED_READ_ONLY.
     /// `anchor`: the handshake's send time, if the leader created or revalidated the session
     /// after it (not on a read-only server).
     fn connected(
@@ -308,17 +330,32 @@ impl Core {
         session: Session,
         epoch: u64,
         anchor: Option<Instant>,
+        read_only: bool,
     ) -> bool {
         let mut status = self.status.lock();
         if status.phase == Phase::Closed || !self.outbox.open(writer, session.id, epoch) {
             return false;
         }
-        let event = match (&status.session, status.phase) {
-            (Some(s), _) if s.id == session.id => ConnectionState::Reconnected,
-            _ => ConnectionState::Connected,
+        let same = status.session.as_ref().is_some_and(|s| s.id == session.id);
+        let event = if read_only {
+            ConnectionState::ConnectedReadOnly
+        } else if same {
+            ConnectionState::Reconnected
+        } else {
+            ConnectionState::Connected
         };
-        status.leader_saw = match (event, status.leader_saw) {
-            (ConnectionState::Reconnected, Some(t)) => Some(anchor.map_or(t, |a| t.max(a))),
+        status.read_only = read_only;
+        // A read-only server's session is its own; one a read-write server made or took back
+        // is the ensemble's.
+        status.session_is_global = if read_only {
+            same && status.session_is_global
+        } else {
+            true
+        };
+        // The same session keeps what the leader was seen to have (a read-only server adds
+        // nothing to it); a new one starts from its handshake.
+        status.leader_saw = match (same, status.leader_saw) {
+            (true, Some(t)) => Some(anchor.map_or(t, |a| t.max(a))),
             _ => anchor,
         };
         let id = session.id;

@@ -76,6 +76,11 @@ struct Status {
     /// The client can never be served (credentials refused, or missing where the server
     /// requires them): every call fails with this at once.
     terminal: Option<Error>,
+    /// The current connection is to a read-only server.
+    read_only: bool,
+    /// The session was made or confirmed by a read-write server: only such a session is
+    /// resumed (a read-only server's session is its own, unknown to the ensemble).
+    session_is_global: bool,
 }
 
 /// What the client counts for [`ClientMetrics`](super::ClientMetrics).
@@ -157,6 +162,8 @@ impl Core {
                 leader_saw: None,
                 silent_since: None,
                 terminal: None,
+                read_only: false,
+                session_is_global: true,
             }),
             status_changed: Condvar::new(),
             subscribers: Subscribers::default(),
@@ -272,7 +279,9 @@ impl Core {
                         token.lost_on_suspend && token.session == session_id
                     }
                     // A new session: whatever was held under another one is gone.
-                    ConnectionState::Connected => token.session != session_id,
+                    ConnectionState::Connected | ConnectionState::ConnectedReadOnly => {
+                        token.session != session_id
+                    }
                     ConnectionState::Reconnected => false,
                 };
                 if lost {
@@ -334,6 +343,12 @@ impl Core {
     /// True once the connection has been silent for a whole session timeout.
     pub fn silent_too_long(&self) -> bool {
         self.give_up_at().is_some_and(|g| Instant::now() >= g)
+    }
+
+    /// True while the connection is to a read-only server.
+    pub fn is_read_only(&self) -> bool {
+        let status = self.status.lock();
+        status.phase == Phase::Connected && status.read_only
     }
 
     pub fn is_closed(&self) -> bool {
