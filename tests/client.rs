@@ -419,10 +419,14 @@ fn children_with_stat_all_children_number_and_multi_read() {
 /// has expired.
 #[test]
 fn a_client_reattaches_to_a_live_session_and_refuses_an_expired_one() {
-    let first = connect(&server().connect_string(), Duration::from_secs(10));
+    // The first process: it stops reaching the server (as if it died) without closing the
+    // session, so it does not take the session back.
+    let proxy = zk_recipes::testing::FaultProxy::start(server().addr()).unwrap();
+    let first = connect(&proxy.connect_string(), Duration::from_secs(10));
     let path = root("reattach");
     let node = first.create(&path, b"", CreateMode::Ephemeral).unwrap();
     let (id, passwd) = first.testing_session_credentials().unwrap();
+    proxy.refuse();
     let second = Client::builder(&server().connect_string())
         .session_timeout(Duration::from_secs(10))
         .session(id, passwd.clone())

@@ -382,3 +382,32 @@ fn removing_one_channel_s_watch_leaves_another_channel_s_persistent_watch() {
         (WatchKind::DataChanged, path.as_str())
     );
 }
+
+/// Issue 20, item 10: a watch request that gives up (its deadline passed before the answer)
+/// must not take away the same channel's earlier watch on the same node, which the server set.
+#[test]
+fn a_watch_that_gives_up_leaves_the_channel_s_earlier_watch() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(10));
+    client
+        .create("/twice", b"", CreateMode::Persistent)
+        .unwrap();
+    let (tx, rx) = unbounded();
+    client.data_watch("/twice", &tx).unwrap();
+    // The second request's answer is held past its deadline.
+    f.proxy.hold_replies();
+    let gave_up = client
+        .with_timeout(Duration::from_millis(200))
+        .data_watch("/twice", &tx);
+    assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
+    f.proxy.heal();
+    other.set_data("/twice", b"changed", None).unwrap();
+    let e = rx
+        .recv_timeout(SOON)
+        .expect("the earlier watch was taken away with the one that gave up");
+    assert_eq!(
+        (e.kind, e.path.as_str()),
+        (WatchKind::DataChanged, "/twice")
+    );
+}

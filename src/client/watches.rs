@@ -41,6 +41,8 @@ pub(crate) struct WatchReg {
     pub on_fire: Option<OnFire>,
     /// Set when the caller stopped waiting for the answer: the watch is then not registered.
     cancelled: Arc<AtomicBool>,
+    /// Set when this request's registration was counted (its answer came).
+    counted: Arc<AtomicBool>,
 }
 
 impl WatchReg {
@@ -51,6 +53,7 @@ impl WatchReg {
             tx: tx.clone(),
             on_fire: None,
             cancelled: Arc::new(AtomicBool::new(false)),
+            counted: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -74,6 +77,9 @@ impl WatchReg {
 pub(crate) struct Watcher {
     pub tx: Sender<WatchEvent>,
     pub on_fire: Option<OnFire>,
+    /// How many of the channel's requests set this watch and still stand: a request that
+    /// gives up takes away only its own.
+    count: usize,
 }
 
 #[derive(Default)]
@@ -88,12 +94,17 @@ impl Registry {
         if reg.cancelled.load(Ordering::SeqCst) {
             return;
         }
+        reg.counted.store(true, Ordering::SeqCst);
         let list = self.map.entry((reg.path, reg.kind)).or_default();
         match list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) {
-            Some(w) => w.on_fire = reg.on_fire,
+            Some(w) => {
+                w.on_fire = reg.on_fire;
+                w.count += 1;
+            }
             None => list.push(Watcher {
                 tx: reg.tx,
                 on_fire: reg.on_fire,
+                count: 1,
             }),
         }
     }
@@ -128,22 +139,34 @@ impl Registry {
             .collect()
     }
 
-    /// Cancels `reg`: not registered if its answer comes later, removed if it came already
-    /// (an `exists` watch under the kind it was set as, see [`WatchReg::as_set`]).
+    /// Cancels `reg`: not registered if its answer comes later; if it came already, its own
+    /// registration is taken back (an `exists` watch under the kind it was set as, see
+    /// [`WatchReg::as_set`]), and the channel stays registered while another of its requests
+    /// set the same watch.
     pub fn cancel(&mut self, reg: &WatchReg) {
         reg.cancelled.store(true, Ordering::SeqCst);
+        if !reg.counted.swap(false, Ordering::SeqCst) {
+            return;
+        }
         let kinds: &[WatchType] = match reg.kind {
             WatchType::Exist => &[WatchType::Exist, WatchType::Data],
             _ => std::slice::from_ref(&reg.kind),
         };
         for kind in kinds {
             let key = (reg.path.clone(), *kind);
-            if let Some(list) = self.map.get_mut(&key) {
-                list.retain(|w| !w.tx.same_channel(&reg.tx));
-                if list.is_empty() {
-                    self.map.remove(&key);
-                }
+            let Some(list) = self.map.get_mut(&key) else {
+                continue;
+            };
+            let Some(w) = list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) else {
+                continue;
+            };
+            // Its one registration, under whichever kind it was set as.
+            w.count = w.count.saturating_sub(1);
+            list.retain(|w| w.count > 0);
+            if list.is_empty() {
+                self.map.remove(&key);
             }
+            return;
         }
     }
 
