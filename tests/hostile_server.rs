@@ -553,7 +553,6 @@ fn an_answer_that_says_session_expired_loses_the_session_at_once() {
     assert_eq!(lost.session_id, id);
 }
 
-/// Issue 20, item 10: the handshake pipelines its credentials (and, on a resumed session, its
 /// watches) behind the connect request, as the Java client does, instead of waiting a round
 /// trip for the connect answer first.
 #[test]

@@ -263,3 +263,36 @@ fn credentials_added_at_run_time_work_and_survive_a_reconnect() {
 
     assert!(later.add_auth("no-such-scheme", b"x").is_err());
 }
+
+/// The same server answers an idle client's first ping with it: the client stops as well,
+/// and whatever waited under the session hears LOST at once (not when the server expires it,
+/// unseen).
+#[test]
+fn an_idle_client_of_a_server_that_requires_authentication_stops_and_loses_its_session() {
+    use zk_recipes::testing::{ServerOptions, TestingServer};
+    let server = TestingServer::with_options(ServerOptions {
+        system_properties: vec![
+            ("zookeeper.enforce.auth.enabled".into(), "true".into()),
+            ("zookeeper.enforce.auth.schemes".into(), "digest".into()),
+        ],
+        ..ServerOptions::default()
+    })
+    .unwrap();
+    let client = Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(2))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let id = client.session_id().unwrap();
+    let sub = client.subscribe();
+    // Nothing is asked: the first ping meets the refusal.
+    assert_eq!(next_state(&sub, ConnectionState::Suspended).session_id, id);
+    assert_eq!(next_state(&sub, ConnectionState::Lost).session_id, id);
+    assert!(matches!(
+        client.exists("/"),
+        Err(Error::ZooKeeper {
+            code: ZkCode::SessionClosedRequireSaslAuth,
+            ..
+        })
+    ));
+}

@@ -32,8 +32,9 @@ pub enum ConnectionState {
     Lost,
     /// Connected to a server cut off from its quorum that serves reads only (with
     /// [`ClientBuilder::allow_read_only`](crate::ClientBuilder::allow_read_only)). The session
-    /// is that server's own: writes fail `NotReadOnly`, nothing can be held, and once a
-    /// read-write server is reached the client takes a new session there (`Connected`).
+    /// is that server's own: writes fail `NotReadOnly`, and nothing can be held. When that
+    /// connection ends and a read-write server is reached, the client takes a new session
+    /// there (`Connected`); it does not yet look for one while the read-only connection lasts.
     ConnectedReadOnly,
 }
 

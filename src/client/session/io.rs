@@ -74,6 +74,11 @@ impl Core {
             status.terminal = Some(error.clone());
             self.status_changed.notify_all();
         }
+        // The session cannot be served again: whatever is held under it is lost now (tokens,
+        // waiters and watchers hear LOST), not when the server expires it unseen.
+        if let Some(id) = self.session_id() {
+            self.lose(id, &format!("the client stops: {error}"), false);
+        }
         self.outbox.shut(error);
         let _ = self.stopped.recv();
     }
@@ -214,32 +219,10 @@ impl Core {
                 .map_or_else(|| vec![0; 16], |s| s.passwd.clone()),
             read_only: self.config.allow_read_only,
         };
-        // Pipelined, as the Java client does: the credentials, and on a resumed session the
-        // watches to restore, go right behind the connect request. The server reads them only
-        // once the session is established (or drops them with the connection if it expired),
-        // answers the credentials at once and the watches through its pipeline, so their
-        // answers come in this order.
-        let auth: Vec<(String, Vec<u8>)> = self
-            .config
-            .auth
-            .iter()
-            .cloned()
-            .chain(self.added_auth.lock().iter().cloned())
-            .collect();
-        let mut out = request.encode();
-        for (scheme, credentials) in &auth {
-            out.extend_from_slice(&proto::auth_request(scheme, credentials));
-        }
-        if resume.is_some() {
-            let restore = self
-                .watches
-                .lock()
-                .to_restore(self.last_zxid.load(Ordering::SeqCst));
-            for set in restore {
-                out.extend_from_slice(&set.encode());
-            }
-        }
-        std::io::Write::write_all(&mut stream, &out)?;
+        // The connect request goes alone, as the Java client sends it: a server that refuses
+        // the session answers and closes at once, and bytes written behind the request could
+        // make that close a reset that loses the answer ("expired").
+        std::io::Write::write_all(&mut stream, &request.encode())?;
         let mut reader = FrameReader::new();
         let frame = reader.read_frame(&mut stream, Some(until))?;
         // A server that will not make the session (a read-only one without local sessions
@@ -279,6 +262,32 @@ impl Core {
                 "the server gave the connection another session",
                 false,
             );
+        }
+        // Then, in one write, the credentials and (on a resumed session) the watches to
+        // restore. The server answers the credentials at once and the watches through its
+        // pipeline, so their answers come in this order.
+        let auth: Vec<(String, Vec<u8>)> = self
+            .config
+            .auth
+            .iter()
+            .cloned()
+            .chain(self.added_auth.lock().iter().cloned())
+            .collect();
+        let mut out = Vec::new();
+        for (scheme, credentials) in &auth {
+            out.extend_from_slice(&proto::auth_request(scheme, credentials));
+        }
+        if resume.as_ref().is_some_and(|s| s.id.0 == answer.session_id) {
+            let restore = self
+                .watches
+                .lock()
+                .to_restore(self.last_zxid.load(Ordering::SeqCst));
+            for set in restore {
+                out.extend_from_slice(&set.encode());
+            }
+        }
+        if !out.is_empty() {
+            std::io::Write::write_all(&mut stream, &out)?;
         }
         for _ in &auth {
             let frame = reader.read_frame(&mut stream, Some(until))?;
@@ -523,13 +532,21 @@ impl Core {
                     .ping_sent
                     .take()
                     .ok_or(proto::Malformed("unasked ping answer"))?;
+                if let Some(ended) = ended_by(header.err) {
+                    // A server that ends the session answers whatever came first with it,
+                    // a ping too.
+                    beats.ended = Some(ended);
+                    return Ok(());
+                }
                 // The server touched the session for it, which the leader learns later.
                 // Not counted as the answer before the next one (`last_answer`): that one's
                 // wait is measured from its own send or an earlier answer, the safe side.
                 beats.touches.touched(sent, Instant::now());
             }
             xid::SET_WATCHES => {
-                if header.err != 0 {
+                if let Some(ended) = ended_by(header.err) {
+                    beats.ended = Some(ended);
+                } else if header.err != 0 {
                     warn!(
                         "the server did not restore the watches (error {})",
                         header.err
@@ -542,7 +559,14 @@ impl Core {
                     .lock()
                     .pop_front()
                     .ok_or(proto::Malformed("an auth answer nobody asked for"))?;
-                let _ = waiter.send(header.err);
+                // Accepted credentials are replayed on every later connection: kept before the
+                // caller hears, so a connection that dies right after cannot lose them.
+                if header.err == 0 {
+                    self.added_auth
+                        .lock()
+                        .push((waiter.scheme, waiter.credentials));
+                }
+                let _ = waiter.answer.send(header.err);
             }
             x => {
                 let pending = self.outbox.complete(x)?;
@@ -597,11 +621,7 @@ impl Core {
                     beats.touches.touched(pending.sent, now);
                 }
                 pending.answer.fulfil(reply);
-                beats.ended = match err {
-                    SESSION_EXPIRED => Some(Ended::Expired),
-                    SESSION_CLOSED_REQUIRE_AUTH => Some(Ended::AuthRequired),
-                    _ => beats.ended,
-                };
+                beats.ended = ended_by(err).or(beats.ended);
             }
         }
         Ok(())
@@ -613,6 +633,15 @@ impl Core {
         if status.session.is_some() {
             status.leader_saw = Some(status.leader_saw.map_or(touch, |t| t.max(touch)));
         }
+    }
+}
+
+/// The answers that end the session, whatever they answer.
+fn ended_by(err: i32) -> Option<Ended> {
+    match err {
+        SESSION_EXPIRED => Some(Ended::Expired),
+        SESSION_CLOSED_REQUIRE_AUTH => Some(Ended::AuthRequired),
+        _ => None,
     }
 }
 

@@ -83,6 +83,13 @@ struct Status {
     session_is_global: bool,
 }
 
+/// An `add_auth` waiting for the server's answer.
+struct AuthWaiter {
+    scheme: String,
+    credentials: Vec<u8>,
+    answer: Sender<i32>,
+}
+
 /// What the client counts for [`ClientMetrics`](super::ClientMetrics).
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -104,8 +111,8 @@ pub(crate) struct Core {
     /// ones on every new connection.
     added_auth: Mutex<Vec<(String, Vec<u8>)>>,
     /// Callers of `add_auth` waiting for the server's answer on the current connection, in
-    /// the order their packets went out.
-    auth_waiters: Mutex<std::collections::VecDeque<Sender<i32>>>,
+    /// the order their packets went out, with what they sent.
+    auth_waiters: Mutex<std::collections::VecDeque<AuthWaiter>>,
     /// How many of those are alive: while none is, nothing is held and no lease heartbeat goes
     /// out (a client that holds nothing costs the ensemble no writes).
     live_tokens: Arc<AtomicUsize>,
@@ -458,15 +465,15 @@ impl Core {
             self.outbox
                 .send_reserved_now(&proto::auth_request(scheme, credentials))
                 .map_err(|_| Error::ConnectionLoss)?;
-            waiters.push_back(tx);
+            waiters.push_back(AuthWaiter {
+                scheme: scheme.to_owned(),
+                credentials: credentials.to_vec(),
+                answer: tx,
+            });
         }
         match rx.recv_deadline(until) {
-            Ok(0) => {
-                self.added_auth
-                    .lock()
-                    .push((scheme.to_owned(), credentials.to_vec()));
-                Ok(())
-            }
+            // Kept for later connections by the reader, before it answered.
+            Ok(0) => Ok(()),
             Ok(_) => Err(Error::auth_failed()),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::timeout(
                 format!("the server's answer to {scheme} credentials"),
