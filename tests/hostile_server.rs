@@ -265,11 +265,6 @@ fn answer_requests(
     answer_with(s, special);
 }
 
-/// [`answer_requests`] after a handshake the caller made.
-fn answer_requests_after_handshake(s: TcpStream) {
-    answer_with(s, |_, _| None);
-}
-
 fn answer_with(mut s: TcpStream, special: impl Fn(i32, i32) -> Option<Vec<u8>>) {
     while let Some(req) = read_frame(&mut s) {
         let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
@@ -551,53 +546,4 @@ fn an_answer_that_says_session_expired_loses_the_session_at_once() {
     next_state(&sub, Suspended);
     let lost = next_state(&sub, Lost);
     assert_eq!(lost.session_id, id);
-}
-
-/// watches) behind the connect request, as the Java client does, instead of waiting a round
-/// trip for the connect answer first.
-#[test]
-fn credentials_go_out_with_the_connect_request() {
-    init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let pipelined = Arc::new(AtomicUsize::new(0));
-    let seen = pipelined.clone();
-    thread::spawn(move || {
-        let Ok((mut s, _)) = listener.accept() else {
-            return;
-        };
-        if read_frame(&mut s).is_none() {
-            return;
-        }
-        // Before answering the connect request: is the auth packet already there?
-        s.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
-        let early = read_frame(&mut s);
-        s.set_read_timeout(None).unwrap();
-        let auth_first = early
-            .as_ref()
-            .is_some_and(|f| i32::from_be_bytes([f[0], f[1], f[2], f[3]]) == -4);
-        seen.store(if auth_first { 1 } else { 2 }, Ordering::SeqCst);
-        if s.write_all(&connect_answer(false)).is_err() {
-            return;
-        }
-        if early.is_none() && read_frame(&mut s).is_none() {
-            return;
-        }
-        if s.write_all(&reply(-4, &[])).is_err() {
-            return;
-        }
-        answer_requests_after_handshake(s);
-    });
-    let client = Client::builder(&addr)
-        .session_timeout(Duration::from_secs(4))
-        .authorization("digest", b"u:p".to_vec())
-        .connect()
-        .unwrap();
-    assert!(client.exists("/x").unwrap().is_some());
-    assert_eq!(
-        pipelined.load(Ordering::SeqCst),
-        1,
-        "the auth packet waited for the connect answer"
-    );
 }
