@@ -379,6 +379,7 @@ fn a_mutex_behind_a_writer_that_downgrades_waits_for_the_read() {
     let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
     let write = rw.write_lock().acquire().unwrap();
     let other_client = client();
+    let other_id = other_client.session_id().unwrap();
     let (tx, rx) = mpsc::channel();
     let p = path.clone();
     let waiting = thread::spawn(move || {
@@ -389,14 +390,36 @@ fn a_mutex_behind_a_writer_that_downgrades_waits_for_the_read() {
     });
     wait_for(SOON, || (children(&c, &path).len() == 2).then_some(())).unwrap();
     let read = write.downgrade().unwrap();
-    // The mutex must not hold while the read does: give it the time a handoff takes.
+    // The waiting mutex has seen the write node go: it now watches the read node (the
+    // server's own list of watches says so), and does not hold.
+    wait_for(SOON, || {
+        watchers_of(read.node_path())
+            .contains(&format!("0x{:x}", other_id.0))
+            .then_some(())
+    })
+    .expect("the mutex never came to wait on the downgraded read");
     assert!(
-        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        rx.try_recv().is_err(),
         "the mutex got in past the downgraded read"
     );
     drop(read);
     rx.recv_timeout(SOON).expect("the mutex never got the lock");
     waiting.join().unwrap();
+}
+
+/// The sessions the shared server says watch `path` (`wchp`).
+fn watchers_of(path: &str) -> Vec<String> {
+    let listing = server().four_letter("wchp").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in listing.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            inside = line.trim() == path;
+        } else if inside {
+            out.push(line.trim().to_owned());
+        }
+    }
+    out
 }
 
 /// Fencing tokens grow with every exclusive holder, across a downgrade too: the downgraded

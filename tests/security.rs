@@ -182,20 +182,25 @@ fn a_namespace_below_a_read_only_parent_is_made_without_touching_the_parent() {
         .is_some());
 }
 
+/// A server of its own that serves only clients authenticated with `digest`.
+fn enforcing_server() -> zk_recipes::testing::TestingServer {
+    zk_recipes::testing::TestingServer::with_options(zk_recipes::testing::ServerOptions {
+        system_properties: vec![
+            ("zookeeper.enforce.auth.enabled".into(), "true".into()),
+            ("zookeeper.enforce.auth.schemes".into(), "digest".into()),
+        ],
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Issue 20, item 9: a server that enforces authentication closes the session of a client
 /// without it (`SessionClosedRequireSaslAuth`). That answer is terminal: the client stops
 /// (every call fails with it at once), instead of reconnecting again and again.
 #[test]
 fn a_server_that_requires_authentication_stops_a_client_without_it() {
-    use zk_recipes::testing::{FaultProxy, ServerOptions, TestingServer};
-    let server = TestingServer::with_options(ServerOptions {
-        system_properties: vec![
-            ("zookeeper.enforce.auth.enabled".into(), "true".into()),
-            ("zookeeper.enforce.auth.schemes".into(), "digest".into()),
-        ],
-        ..ServerOptions::default()
-    })
-    .unwrap();
+    use zk_recipes::testing::FaultProxy;
+    let server = enforcing_server();
     // With credentials: served.
     let allowed = client_as(
         &server.connect_string(),
@@ -269,15 +274,7 @@ fn credentials_added_at_run_time_work_and_survive_a_reconnect() {
 /// unseen).
 #[test]
 fn an_idle_client_of_a_server_that_requires_authentication_stops_and_loses_its_session() {
-    use zk_recipes::testing::{ServerOptions, TestingServer};
-    let server = TestingServer::with_options(ServerOptions {
-        system_properties: vec![
-            ("zookeeper.enforce.auth.enabled".into(), "true".into()),
-            ("zookeeper.enforce.auth.schemes".into(), "digest".into()),
-        ],
-        ..ServerOptions::default()
-    })
-    .unwrap();
+    let server = enforcing_server();
     let client = Client::builder(&server.connect_string())
         .session_timeout(Duration::from_secs(2))
         .tick_time(Duration::from_millis(100))
