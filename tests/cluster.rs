@@ -329,3 +329,71 @@ fn a_read_only_member_serves_reads_and_the_quorum_gives_a_new_session() {
     assert!(!client.is_read_only());
     client.set_data(&path, b"after", None).unwrap();
 }
+
+/// Issue 20: a client on a read-only member keeps asking the other servers it knows whether
+/// one serves read-write (`isro`, as the Java client does) and moves there by itself, while
+/// the read-only member stays read-only (so no closing connection sent it away). The
+/// read-write server here is a standalone one listed beside the cluster's survivor, behind a
+/// proxy that refuses until the client is settled on the read-only member.
+#[test]
+fn a_client_on_a_read_only_member_moves_to_a_read_write_server_it_finds() {
+    init_logs();
+    let read_only_mode = ("readonlymode.enabled".to_string(), "true".to_string());
+    let options = ServerOptions {
+        system_properties: vec![read_only_mode.clone()],
+        config: vec![("localSessionsEnabled".into(), "true".into())],
+        ..ServerOptions::default()
+    };
+    let cluster = TestingCluster::with_options(3, options).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let survivor = 0;
+    cluster.kill(1);
+    cluster.kill(2);
+    let is_ro = |i| {
+        zk_recipes::testing::four_letter(cluster.addr(i), "isro", Duration::from_secs(1))
+            .ok()
+            .filter(|a| a.trim() == "ro")
+    };
+    wait_for(SOON, || is_ro(survivor)).expect("the survivor never served read-only");
+    // A read-write server answers `isro` only with read-only mode enabled, as a member of a
+    // real ensemble that allows read-only clients has it.
+    let writable = zk_recipes::testing::TestingServer::with_options(ServerOptions {
+        system_properties: vec![read_only_mode],
+        ..ServerOptions::default()
+    })
+    .unwrap();
+    let proxy = zk_recipes::testing::FaultProxy::start(writable.addr()).unwrap();
+    proxy.refuse();
+
+    let client =
+        zk_recipes::Client::builder(&format!("{},{}", cluster.addr(survivor), proxy.addr()))
+            .session_timeout(Duration::from_secs(10))
+            .tick_time(Duration::from_millis(100))
+            .allow_read_only(true)
+            .connect()
+            .unwrap();
+    assert!(client.is_read_only());
+    let ro_session = client.session_id().unwrap();
+    let sub = client.subscribe();
+
+    proxy.heal();
+    let connected = loop {
+        let e = sub
+            .recv_timeout(SOON)
+            .expect("the client never moved to the read-write server");
+        assert_ne!(e.state, Lost, "LOST for a read-only session");
+        if e.state == Connected {
+            break e;
+        }
+    };
+    assert_ne!(connected.session_id, ro_session);
+    assert!(!client.is_read_only());
+    assert!(proxy.accepted() >= 2, "a probe and a session");
+    client
+        .create(&root("found-rw"), b"", CreateMode::Persistent)
+        .unwrap();
+    assert!(
+        is_ro(survivor).is_some(),
+        "the survivor stayed read-only: the client left by itself"
+    );
+}

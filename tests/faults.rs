@@ -229,3 +229,47 @@ fn retries_wait_their_backoff() {
     );
     f.proxy.heal();
 }
+
+/// Issue 20 item 10: an operation the server answered `Unimplemented` (here TTL nodes, which
+/// the server implements only with `extendedTypesEnabled`; an older server answers so for an
+/// opcode it does not know, and then closes the connection) fails at once the next time,
+/// without being sent. The memory lasts only while the server cannot have changed: a
+/// connection that ends otherwise (a restart could have upgraded it) forgets it.
+#[test]
+fn an_operation_the_server_refused_as_unimplemented_is_not_sent_again() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let ttl = CreateMode::PersistentWithTtl(Duration::from_secs(60));
+    let refused = |e: Error| e.is_code(zk_recipes::ZkCode::Unimplemented);
+    // The server says so itself.
+    let before = f.proxy.requests_passed();
+    let e = client.create("/ttl", b"", ttl).unwrap_err();
+    assert!(refused(e.clone()), "{e:?}");
+    assert!(f.proxy.requests_passed() > before);
+    // Then the client does, with nothing sent; other calls still go out.
+    client.exists("/").unwrap();
+    let before = f.proxy.requests_passed();
+    let e = client.create("/ttl", b"", ttl).unwrap_err();
+    assert!(refused(e.clone()), "{e:?}");
+    assert!(
+        matches!(e, Error::ZooKeeper { ref path, .. } if path == "/ttl"),
+        "{e:?}"
+    );
+    // A ping (12 bytes) may pass meanwhile; the create (its path, ACL and TTL) is longer.
+    assert!(
+        f.proxy.requests_passed() - before <= 12,
+        "the refused call was sent"
+    );
+    // A connection that ends for another reason: the server is asked again.
+    let sub = client.subscribe();
+    f.proxy.cut();
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    let before = f.proxy.requests_passed();
+    let e = client.create("/ttl", b"", ttl).unwrap_err();
+    assert!(refused(e), "after a reconnect");
+    assert!(
+        f.proxy.requests_passed() > before,
+        "not asked again after a reconnect"
+    );
+}

@@ -547,3 +547,72 @@ fn an_answer_that_says_session_expired_loses_the_session_at_once() {
     let lost = next_state(&sub, Lost);
     assert_eq!(lost.session_id, id);
 }
+
+/// An old server (3.5 knows no `addWatch`): to an opcode it does not know it answers
+/// `Unimplemented` and closes the connection (ZooKeeper's `UnimplementedRequestProcessor`);
+/// everything else it answers as an `exists` that found a node. No old server is packaged
+/// here, so this one is faked with the real one's bytes.
+fn old_server() -> (String, Arc<AtomicUsize>) {
+    const ADD_WATCH: i32 = 106;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            seen.fetch_add(1, Ordering::SeqCst);
+            thread::spawn(move || {
+                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+                    return;
+                }
+                while let Some(req) = read_frame(&mut s) {
+                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                    let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+                    if op == ADD_WATCH {
+                        let mut b = Vec::new();
+                        b.extend_from_slice(&xid.to_be_bytes());
+                        b.extend_from_slice(&1i64.to_be_bytes());
+                        b.extend_from_slice(&(-6i32).to_be_bytes());
+                        let _ = s.write_all(&frame(&b));
+                        return;
+                    }
+                    let record: &[u8] = if xid == -2 { &[] } else { &[0; 68] };
+                    if s.write_all(&reply(xid, record)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// Issue 20 item 10: an opcode an old server does not know cost every user of the client
+/// its connection, on every call. Now once: the next call fails at once, unsent, and the
+/// connection stays.
+#[test]
+fn an_opcode_an_old_server_does_not_know_costs_the_connection_once() {
+    init_logs();
+    let (addr, connections) = old_server();
+    let client = Client::builder(&addr)
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let sub = client.subscribe();
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let unimplemented = |r: Result<(), Error>| matches!(r, Err(ref e) if e.is_code(zk_recipes::ZkCode::Unimplemented));
+    let watch = || client.add_watch("/a", zk_recipes::AddWatchMode::Persistent, &tx);
+    assert!(unimplemented(watch()));
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    let after_refusal = connections.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        assert!(unimplemented(watch()));
+    }
+    // Still the same connection, which still serves.
+    assert!(client.with_timeout(SOON).exists("/x").unwrap().is_some());
+    assert_eq!(connections.load(Ordering::SeqCst), after_refusal);
+    assert!(sub.try_recv().is_none(), "the connection was dropped again");
+}

@@ -92,6 +92,31 @@ fn acls_are_read_and_replaced_with_version_checks() {
     assert!(denied.is_code(ZkCode::NoAuth), "{denied:?}");
 }
 
+/// Issue 20 item 10: a create in a transaction reports the node's real stat, or none at all
+/// (servers before 3.7.2 / 3.8.2, Debian's 3.8.0 among them, answer with the path alone),
+/// never a zeroed stat that looks like one.
+#[test]
+fn a_created_stat_in_a_transaction_is_the_nodes_or_absent() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let root = root("multi-stat");
+    client.create(&root, b"", CreateMode::Persistent).unwrap();
+    let a = format!("{root}/a");
+    let results = client
+        .multi(&[Op::Create {
+            path: a.clone(),
+            data: b"1".to_vec(),
+            mode: CreateMode::Persistent,
+        }])
+        .unwrap();
+    let OpResult::Created { path, stat } = &results[0] else {
+        panic!("{results:?}");
+    };
+    assert_eq!(*path, a);
+    if let Some(stat) = stat {
+        assert_eq!(Some(*stat), client.exists(&a).unwrap());
+    }
+}
+
 #[test]
 fn a_transaction_applies_all_or_nothing_and_names_the_failed_operation() {
     let client = connect(&server().connect_string(), Duration::from_secs(10));

@@ -7,8 +7,8 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -66,6 +66,8 @@ pub(crate) enum Anchors {
 /// A request on the wire, waiting for its answer.
 pub(crate) struct Pending {
     pub xid: i32,
+    /// The operation's code.
+    pub op: i32,
     pub sent: Instant,
     /// Dropped unanswered when the connection dies: its caller then gets `None`.
     pub answer: Promise<Reply>,
@@ -92,7 +94,28 @@ struct Wire {
     last_send: Instant,
     /// Set once the client is closed or refused: every send fails with it.
     shut: Option<Error>,
+    refused: Refused,
 }
+
+/// The operations the server we talk to answered `Unimplemented`: an older server that does
+/// not know the opcode (it answers, then closes the connection, so one such call used to cost
+/// every caller their connection, again on each try), or one without the feature enabled
+/// (TTL nodes without `extendedTypesEnabled`, `reconfig` on a standalone server). Later
+/// requests for them fail at once, without being sent.
+///
+/// A server changes what it implements only with a restart, which ends our connection; so
+/// the memory is dropped whenever a connection ends for any reason but the refusal itself
+/// (the close that follows it at once), and when we attach to another server.
+#[derive(Default)]
+struct Refused {
+    server: Option<SocketAddr>,
+    ops: Vec<i32>,
+    /// The latest answer was a refusal: a connection that ends now ended for it.
+    just_refused: bool,
+}
+
+/// The wire code of `Unimplemented`.
+const UNIMPLEMENTED: i32 = -6;
 
 /// The write side and the answer queue of the current connection.
 pub(crate) struct Outbox {
@@ -111,6 +134,7 @@ impl Outbox {
                 pending: VecDeque::new(),
                 last_send: Instant::now(),
                 shut: None,
+                refused: Refused::default(),
             }),
             opened: Condvar::new(),
         }
@@ -123,6 +147,13 @@ impl Outbox {
         if w.shut.is_some() {
             let _ = stream.shutdown(Shutdown::Both);
             return false;
+        }
+        let server = stream.peer_addr().ok();
+        if server.is_none() || w.refused.server != server {
+            w.refused = Refused {
+                server,
+                ..Refused::default()
+            };
         }
         w.stream = Some(stream);
         w.session = session;
@@ -142,6 +173,9 @@ impl Outbox {
             }
             if let Some(s) = w.stream.take() {
                 let _ = s.shutdown(Shutdown::Both);
+                if !std::mem::take(&mut w.refused.just_refused) {
+                    w.refused.ops.clear();
+                }
             }
             w.pending.drain(..).collect()
         };
@@ -176,6 +210,17 @@ impl Outbox {
                 return Err(w.shut.clone().unwrap_or(Error::ConnectionLoss));
             }
         }
+        if let Some(op) = frames
+            .iter()
+            .map(|f| proto::opcode(&f.frame))
+            .find(|op| w.refused.ops.contains(op))
+        {
+            log::debug!("not sent: the server answered operation {op} Unimplemented before");
+            return Err(Error::ZooKeeper {
+                code: crate::ZkCode::Unimplemented,
+                path: String::new(),
+            });
+        }
         let mut tickets = Vec::with_capacity(frames.len());
         let mut out = Vec::new();
         let mut queued = Vec::with_capacity(frames.len());
@@ -195,6 +240,7 @@ impl Outbox {
             let (tx, rx) = slot();
             queued.push(Pending {
                 xid,
+                op: proto::opcode(&frame),
                 sent: Instant::now(),
                 answer: tx,
                 watch,
@@ -255,17 +301,23 @@ impl Outbox {
     }
 
     /// The oldest request waiting for an answer, which must be `xid`: the server answers a
-    /// connection's requests in order, so anything else is a broken stream.
-    pub fn complete(&self, xid: i32) -> std::result::Result<Pending, proto::Malformed> {
+    /// connection's requests in order, so anything else is a broken stream. `err` is the
+    /// answer's error code (an `Unimplemented` one is remembered, see `Refused`).
+    pub fn complete(&self, xid: i32, err: i32) -> std::result::Result<Pending, proto::Malformed> {
         let mut w = self.wire.lock();
-        match w.pending.front() {
+        let pending = match w.pending.front() {
             Some(p) if p.xid == xid => w
                 .pending
                 .pop_front()
-                .ok_or(proto::Malformed("no request waits")),
-            Some(_) => Err(proto::Malformed("answer out of order")),
-            None => Err(proto::Malformed("answer with an unknown xid")),
+                .ok_or(proto::Malformed("no request waits"))?,
+            Some(_) => return Err(proto::Malformed("answer out of order")),
+            None => return Err(proto::Malformed("answer with an unknown xid")),
+        };
+        w.refused.just_refused = err == UNIMPLEMENTED;
+        if err == UNIMPLEMENTED && !w.refused.ops.contains(&pending.op) {
+            w.refused.ops.push(pending.op);
         }
+        Ok(pending)
     }
 
     /// When the last request or ping went out.
@@ -362,35 +414,6 @@ pub(crate) fn timed_out(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
-}
-
-/// Opens a TCP connection to `host:port`, trying each address it resolves to until `until`.
-pub(crate) fn dial(host: &str, port: u16, until: Instant) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
-    for addr in (host, port).to_socket_addrs()? {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Sets both socket timeouts to what is left until `until` (at least a millisecond, since
-/// zero means "never" to the socket).
-pub(crate) fn bound(s: &TcpStream, until: Instant) -> io::Result<()> {
-    let left = until
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    s.set_read_timeout(Some(left))?;
-    s.set_write_timeout(Some(left))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod api;
 mod builder;
 mod config;
 mod conn;
+mod dial;
 mod events;
 mod janitor;
 mod proto;

@@ -145,6 +145,14 @@ pub(crate) fn set_xid(frame: &mut [u8], xid: i32) {
     }
 }
 
+/// A finished request frame's operation code (0 for a frame too short to have one).
+pub(crate) fn opcode(frame: &[u8]) -> i32 {
+    frame
+        .get(8..12)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, i32::from_be_bytes)
+}
+
 /// Reads a record from a frame body.
 pub(crate) struct Dec<'a>(&'a [u8]);
 

@@ -281,7 +281,7 @@ pub(crate) fn op_result(op: &Op, reply: &Reply) -> Decoded<OpResult> {
     Ok(match op {
         Op::Create { .. } => OpResult::Created {
             path: d.str()?,
-            stat: d.stat()?,
+            stat: Some(d.stat()?),
         },
         Op::Delete { .. } => OpResult::Deleted,
         Op::SetData { .. } => OpResult::DataSet(d.stat()?),
@@ -330,13 +330,15 @@ pub(crate) fn leader_vouched(anchors: Anchors, reply: &Reply) -> bool {
 pub(crate) fn multi_results(reply: &Reply, expected: usize) -> Decoded<Vec<Result<OpResult, i32>>> {
     results(reply, expected, |kind, d| {
         Ok(match kind {
+            // A server before 3.7.2 / 3.8.2 answers a create in a transaction with the path
+            // alone, whatever was asked: the stat is absent, not a zeroed one.
             op::CREATE => OpResult::Created {
                 path: d.str()?,
-                stat: Default::default(),
+                stat: None,
             },
             op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => OpResult::Created {
                 path: d.str()?,
-                stat: d.stat()?,
+                stat: Some(d.stat()?),
             },
             op::DELETE => OpResult::Deleted,
             op::SET_DATA => OpResult::DataSet(d.stat()?),

@@ -222,8 +222,10 @@ pub enum OpResult {
     Created {
         /// The path (with the counter, for sequential modes).
         path: String,
-        /// The new node's stat.
-        stat: Stat,
+        /// The new node's stat. `None` only in a [`Client::multi`](crate::Client::multi)'s
+        /// results from a server before 3.7.2, 3.8.2 or 3.9.0 (ZOOKEEPER-4026), which answers
+        /// a create in a transaction with its path alone.
+        stat: Option<Stat>,
     },
     /// The node was deleted.
     Deleted,

@@ -8,6 +8,11 @@ use super::*;
 const FIRST_PAUSE: Duration = Duration::from_millis(20);
 /// ...up to this.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// A client on a read-only server first asks the other members whether one serves
+/// read-write this soon after it attached, then twice as late each time, up to the most (the
+/// Java client's schedule).
+const FIRST_PROBE: Duration = Duration::from_millis(100);
+const MAX_PROBE: Duration = Duration::from_secs(60);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
 const SESSION_EXPIRED: i32 = -112;
@@ -30,6 +35,41 @@ struct Beats {
     last_answer: Option<Instant>,
     /// An answer said the session is over: the connection ends here.
     ended: Option<Ended>,
+}
+
+/// How a connection ended.
+struct Served {
+    /// An answer ended the session.
+    ended: Option<Ended>,
+    /// The connection was to a read-only server, left for this member, which serves
+    /// read-write.
+    read_write: Option<HostPort>,
+}
+
+/// While on a read-only server: which member to ask next whether it serves read-write, and
+/// when.
+struct Probe {
+    others: Vec<HostPort>,
+    next: usize,
+    at: Instant,
+    every: Duration,
+}
+
+impl Probe {
+    /// Asks the next member if it is time; the member that serves read-write, if it does.
+    /// Waits at most `patience` (the I/O thread reads nothing meanwhile).
+    fn run(&mut self, now: Instant, patience: Duration) -> Option<HostPort> {
+        if now < self.at || self.others.is_empty() {
+            return None;
+        }
+        let host = self.others[self.next % self.others.len()].clone();
+        self.next += 1;
+        let read_write = serves_read_write(&host.host, host.port, now + patience);
+        debug!("asked {host} whether it serves read-write: {read_write:?}");
+        self.every = (self.every * 2).min(MAX_PROBE);
+        self.at = Instant::now() + self.every;
+        read_write.unwrap_or(false).then_some(host)
+    }
 }
 
 /// How the server ended the session in an answer.
@@ -98,7 +138,13 @@ impl Core {
             match self.handshake(&host, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
-                    match self.serve(conn) {
+                    let others = hosts.iter().filter(|h| **h != host).cloned().collect();
+                    let served = self.serve(conn, others);
+                    if let Some(rw) = served.read_write {
+                        // The next attempt goes to the member found serving read-write.
+                        next = hosts.iter().position(|h| *h == rw).unwrap_or(next);
+                    }
+                    match served.ended {
                         Some(Ended::Expired) => {
                             if let Some(id) = self.session_id() {
                                 self.lose(id, "the server answered that it expired", false);
@@ -377,9 +423,10 @@ impl Core {
         true
     }
 
-    /// Reads answers until the connection dies, pinging it while idle. Returns how the server
-    /// ended the session, if an answer said so.
-    fn serve(&self, mut conn: Conn) -> Option<Ended> {
+    /// Reads answers until the connection dies, pinging it while idle; on a read-only server,
+    /// also asks the `others` now and then whether one serves read-write, and leaves for the
+    /// first that does. Returns how the connection ended.
+    fn serve(&self, mut conn: Conn, others: Vec<HostPort>) -> Served {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
         // The lease heartbeat: a write the leader checks the session for, whenever the lease
@@ -399,6 +446,16 @@ impl Core {
             last_answer: None,
             ended: None,
         };
+        let mut probe = (conn.read_only && !others.is_empty()).then(|| Probe {
+            others,
+            next: 0,
+            at: Instant::now() + FIRST_PROBE,
+            every: FIRST_PROBE,
+        });
+        // A probe holds up the reading of answers: half the ping interval at most, so the
+        // connection's own keep-alive never suffers (and a second at most, Java's bound).
+        let probe_patience = (ping_every / 2).min(Duration::from_secs(1));
+        let mut read_write = None;
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
             // What is due goes out first, on every turn: also while answers keep coming (a
@@ -437,7 +494,15 @@ impl Core {
                 }
                 beats.ping_sent = Some(now);
             }
+            if let Some(found) = probe.as_mut().and_then(|p| p.run(now, probe_patience)) {
+                let why = format!("{found} serves read-write");
+                read_write = Some(found);
+                break why;
+            }
             let mut wake = last_recv + read_timeout;
+            if let Some(p) = &probe {
+                wake = wake.min(p.at);
+            }
             if beats.ping_sent.is_none() {
                 wake = wake.min(self.outbox.last_send() + ping_every);
             }
@@ -471,7 +536,10 @@ impl Core {
             }
         };
         self.disconnected(conn.epoch, &why);
-        beats.ended
+        Served {
+            ended: beats.ended,
+            read_write,
+        }
     }
 
     /// The send time of the latest answer that extended the lease bound.
@@ -569,7 +637,7 @@ impl Core {
                 let _ = waiter.answer.send(header.err);
             }
             x => {
-                let pending = self.outbox.complete(x)?;
+                let pending = self.outbox.complete(x, header.err)?;
                 if let Some(w) = pending.watch.as_ref() {
                     if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
                         self.watches.lock().add(w.as_set(header.err == 0));

@@ -24,7 +24,8 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
-use super::conn::{self, bound, dial, timed_out, Anchors, FrameReader, Outbox, Outgoing};
+use super::conn::{self, timed_out, Anchors, FrameReader, Outbox, Outgoing};
+use super::dial::{bound, dial, serves_read_write};
 use super::events::{Job, Then};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
