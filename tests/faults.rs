@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use rstest::rstest;
 use zk_recipes::testing::{expire_session, TestingServer};
-use zk_recipes::{ConnectionState::*, CreateMode, Error};
+use zk_recipes::{ConnectionState::*, CreateMode, Error, Op, OpResult};
 
 #[rstest]
 #[case::idle(false)]
@@ -230,46 +230,80 @@ fn retries_wait_their_backoff() {
     f.proxy.heal();
 }
 
-/// Issue 20 item 10: an operation the server answered `Unimplemented` (here TTL nodes, which
+/// Issue 20 item 10: an operation the server refused as unimplemented (here TTL nodes, which
 /// the server implements only with `extendedTypesEnabled`; an older server answers so for an
-/// opcode it does not know, and then closes the connection) fails at once the next time,
-/// without being sent. The memory lasts only while the server cannot have changed: a
-/// connection that ends otherwise (a restart could have upgraded it) forgets it.
+/// opcode it does not know, and then closes the connection) is answered so at once the next
+/// time, without being sent, also inside a pipeline whose other requests go out. The memory
+/// lasts only while the server cannot have changed: a connection that ends otherwise (a
+/// restart could have turned the feature on), even right after the refusal, forgets it.
 #[test]
 fn an_operation_the_server_refused_as_unimplemented_is_not_sent_again() {
     let f = faulty();
     let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
     let ttl = CreateMode::PersistentWithTtl(Duration::from_secs(60));
-    let refused = |e: Error| e.is_code(zk_recipes::ZkCode::Unimplemented);
-    // The server says so itself.
-    let before = f.proxy.requests_passed();
-    let e = client.create("/ttl", b"", ttl).unwrap_err();
-    assert!(refused(e.clone()), "{e:?}");
-    assert!(f.proxy.requests_passed() > before);
-    // Then the client does, with nothing sent; other calls still go out.
-    client.exists("/").unwrap();
-    let before = f.proxy.requests_passed();
-    let e = client.create("/ttl", b"", ttl).unwrap_err();
-    assert!(refused(e.clone()), "{e:?}");
-    assert!(
-        matches!(e, Error::ZooKeeper { ref path, .. } if path == "/ttl"),
-        "{e:?}"
-    );
-    // A ping (12 bytes) may pass meanwhile; the create (its path, ACL and TTL) is longer.
-    assert!(
-        f.proxy.requests_passed() - before <= 12,
-        "the refused call was sent"
-    );
-    // A connection that ends for another reason: the server is asked again.
+    let refused = |e: &Error| e.is_code(zk_recipes::ZkCode::Unimplemented);
     let sub = client.subscribe();
+    for round in 0..2 {
+        // The server says so itself.
+        let before = f.proxy.requests_passed();
+        let e = client.create("/ttl", b"", ttl).unwrap_err();
+        assert!(refused(&e), "round {round}: {e:?}");
+        assert!(
+            f.proxy.requests_passed() > before,
+            "round {round}: not asked"
+        );
+        if round == 1 {
+            break;
+        }
+        // Then the client does, with nothing sent; other calls still go out.
+        let before = f.proxy.requests_passed();
+        let e = client.create("/ttl", b"", ttl).unwrap_err();
+        assert!(refused(&e), "{e:?}");
+        assert!(
+            matches!(e, Error::ZooKeeper { ref path, .. } if path == "/ttl"),
+            "{e:?}"
+        );
+        // A ping (12 bytes) may pass meanwhile; the create (its path, ACL and TTL) is longer.
+        assert!(
+            f.proxy.requests_passed() - before <= 12,
+            "the refused call was sent"
+        );
+        let results = client
+            .pipeline(&[
+                Op::Create {
+                    path: "/ttl".into(),
+                    data: vec![],
+                    mode: ttl,
+                },
+                Op::Exists { path: "/".into() },
+            ])
+            .unwrap();
+        assert!(
+            matches!(&results[0], Err(e) if refused(e)),
+            "{:?}",
+            results[0]
+        );
+        assert!(
+            matches!(&results[1], Ok(OpResult::Exists(Some(_)))),
+            "{:?}",
+            results[1]
+        );
+        // A connection that ends for another reason: the server is asked again.
+        f.proxy.cut();
+        next_state(&sub, Suspended);
+        next_state(&sub, Reconnected);
+    }
+    // Also when the connection ends right after the refusal: this server does not close
+    // after refusing a feature (an older one closes after an opcode it does not know, and
+    // marks that refusal with zxid -1).
     f.proxy.cut();
     next_state(&sub, Suspended);
     next_state(&sub, Reconnected);
     let before = f.proxy.requests_passed();
     let e = client.create("/ttl", b"", ttl).unwrap_err();
-    assert!(refused(e), "after a reconnect");
+    assert!(refused(&e), "{e:?}");
     assert!(
         f.proxy.requests_passed() > before,
-        "not asked again after a reconnect"
+        "not asked after the cut"
     );
 }

@@ -549,9 +549,11 @@ fn an_answer_that_says_session_expired_loses_the_session_at_once() {
 }
 
 /// An old server (3.5 knows no `addWatch`): to an opcode it does not know it answers
-/// `Unimplemented` and closes the connection (ZooKeeper's `UnimplementedRequestProcessor`);
-/// everything else it answers as an `exists` that found a node. No old server is packaged
-/// here, so this one is faked with the real one's bytes.
+/// `Unimplemented` with zxid -1 and closes the connection (ZooKeeper's
+/// `UnimplementedRequestProcessor`, straight from the request throttler, ahead of whatever is
+/// still in its pipeline); everything else it answers as an `exists` that found a node,
+/// except `exists("/slow")`, which stays in the pipeline. No old server is packaged here, so
+/// this one is faked with the real one's bytes.
 fn old_server() -> (String, Arc<AtomicUsize>) {
     const ADD_WATCH: i32 = 106;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -572,10 +574,14 @@ fn old_server() -> (String, Arc<AtomicUsize>) {
                     if op == ADD_WATCH {
                         let mut b = Vec::new();
                         b.extend_from_slice(&xid.to_be_bytes());
-                        b.extend_from_slice(&1i64.to_be_bytes());
+                        // The request never entered the pipeline: zxid -1.
+                        b.extend_from_slice(&(-1i64).to_be_bytes());
                         b.extend_from_slice(&(-6i32).to_be_bytes());
                         let _ = s.write_all(&frame(&b));
                         return;
+                    }
+                    if op == 3 && req.get(12..17) == Some(&b"/slow"[..]) {
+                        continue;
                     }
                     let record: &[u8] = if xid == -2 { &[] } else { &[0; 68] };
                     if s.write_all(&reply(xid, record)).is_err() {
@@ -615,4 +621,61 @@ fn an_opcode_an_old_server_does_not_know_costs_the_connection_once() {
     assert!(client.with_timeout(SOON).exists("/x").unwrap().is_some());
     assert_eq!(connections.load(Ordering::SeqCst), after_refusal);
     assert!(sub.try_recv().is_none(), "the connection was dropped again");
+}
+
+/// The review of item 10: an old server's refusal overtakes the requests still in its
+/// pipeline (here a slow `exists`), which was taken for an answer out of order, so nothing
+/// was remembered and every call cost the connection again.
+#[test]
+fn a_refusal_ahead_of_a_pending_answer_is_remembered() {
+    init_logs();
+    let (addr, connections) = old_server();
+    // No retries: the refusal itself must reach the caller, not a retry's answer.
+    let client = Client::builder(&addr)
+        .retry_policy(zk_recipes::RetryPolicy::never())
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let watch = || client.add_watch("/a", zk_recipes::AddWatchMode::Persistent, &tx);
+    let unimplemented = |r: Result<(), Error>| matches!(r, Err(ref e) if e.is_code(zk_recipes::ZkCode::Unimplemented));
+    thread::scope(|s| {
+        let slow = s.spawn(|| client.with_timeout(Duration::from_secs(1)).exists("/slow"));
+        wait_for(SOON, || (client.metrics().requests >= 1).then_some(()))
+            .expect("the slow read went out");
+        assert!(unimplemented(watch()));
+        let _ = slow.join();
+    });
+    let after_refusal = connections.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        assert!(unimplemented(watch()));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), after_refusal);
+}
+
+/// The review of item 10: each server of an ensemble of old ones is remembered on its own;
+/// the memory of one was dropped on attaching to the next, so every call cost a connection.
+#[test]
+fn each_old_server_costs_the_connection_once() {
+    init_logs();
+    let servers: Vec<_> = (0..3).map(|_| old_server()).collect();
+    let connect_string: Vec<&str> = servers.iter().map(|(a, _)| a.as_str()).collect();
+    let client = Client::builder(&connect_string.join(","))
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let total = || -> usize { servers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).sum() };
+    for _ in 0..8 {
+        let r = client.add_watch("/a", zk_recipes::AddWatchMode::Persistent, &tx);
+        assert!(
+            matches!(r, Err(ref e) if e.is_code(zk_recipes::ZkCode::Unimplemented)),
+            "{r:?}"
+        );
+        client.wait_connected(SOON).unwrap();
+    }
+    // The first connection, then at most one more per server's refusal.
+    assert!(total() <= 4, "{} connections for 8 calls", total());
 }

@@ -94,25 +94,21 @@ struct Wire {
     last_send: Instant,
     /// Set once the client is closed or refused: every send fails with it.
     shut: Option<Error>,
+    /// The server of the open connection.
+    server: Option<SocketAddr>,
     refused: Refused,
 }
 
-/// The operations the server we talk to answered `Unimplemented`: an older server that does
-/// not know the opcode (it answers, then closes the connection, so one such call used to cost
-/// every caller their connection, again on each try), or one without the feature enabled
-/// (TTL nodes without `extendedTypesEnabled`, `reconfig` on a standalone server). Later
-/// requests for them fail at once, without being sent.
+/// The operations each server answered `Unimplemented`: an older server that does not know
+/// the opcode (it answers, then closes the connection, so one such call used to cost every
+/// caller their connection, again on each try), or one without the feature enabled (TTL
+/// nodes without `extendedTypesEnabled`, `reconfig` on a standalone server). Later requests
+/// for them to that server are answered `Unimplemented` at once, without being sent.
 ///
 /// A server changes what it implements only with a restart, which ends our connection; so
-/// the memory is dropped whenever a connection ends for any reason but the refusal itself
-/// (the close that follows it at once), and when we attach to another server.
-#[derive(Default)]
-struct Refused {
-    server: Option<SocketAddr>,
-    ops: Vec<i32>,
-    /// The latest answer was a refusal: a connection that ends now ended for it.
-    just_refused: bool,
-}
+/// the I/O thread forgets a server's refusals when a connection to it ends for any reason but
+/// the refusal itself (the close that follows it at once: see `forget_refusals`).
+type Refused = std::collections::HashMap<SocketAddr, Vec<i32>>;
 
 /// The wire code of `Unimplemented`.
 const UNIMPLEMENTED: i32 = -6;
@@ -134,6 +130,7 @@ impl Outbox {
                 pending: VecDeque::new(),
                 last_send: Instant::now(),
                 shut: None,
+                server: None,
                 refused: Refused::default(),
             }),
             opened: Condvar::new(),
@@ -148,13 +145,7 @@ impl Outbox {
             let _ = stream.shutdown(Shutdown::Both);
             return false;
         }
-        let server = stream.peer_addr().ok();
-        if server.is_none() || w.refused.server != server {
-            w.refused = Refused {
-                server,
-                ..Refused::default()
-            };
-        }
+        w.server = stream.peer_addr().ok();
         w.stream = Some(stream);
         w.session = session;
         w.epoch = epoch;
@@ -173,9 +164,6 @@ impl Outbox {
             }
             if let Some(s) = w.stream.take() {
                 let _ = s.shutdown(Shutdown::Both);
-                if !std::mem::take(&mut w.refused.just_refused) {
-                    w.refused.ops.clear();
-                }
             }
             w.pending.drain(..).collect()
         };
@@ -210,17 +198,11 @@ impl Outbox {
                 return Err(w.shut.clone().unwrap_or(Error::ConnectionLoss));
             }
         }
-        if let Some(op) = frames
-            .iter()
-            .map(|f| proto::opcode(&f.frame))
-            .find(|op| w.refused.ops.contains(op))
-        {
-            log::debug!("not sent: the server answered operation {op} Unimplemented before");
-            return Err(Error::ZooKeeper {
-                code: crate::ZkCode::Unimplemented,
-                path: String::new(),
-            });
-        }
+        let refused = w
+            .server
+            .and_then(|s| w.refused.get(&s))
+            .cloned()
+            .unwrap_or_default();
         let mut tickets = Vec::with_capacity(frames.len());
         let mut out = Vec::new();
         let mut queued = Vec::with_capacity(frames.len());
@@ -232,6 +214,23 @@ impl Outbox {
             hold,
         } in frames
         {
+            let op = proto::opcode(&frame);
+            if refused.contains(&op) {
+                // Answered here as the server did before; the others in the batch go out.
+                log::debug!("not sent: the server answered operation {op} Unimplemented");
+                let (tx, rx) = slot();
+                let header = ReplyHeader {
+                    xid: 0,
+                    zxid: 0,
+                    err: UNIMPLEMENTED,
+                };
+                tx.fulfil(Reply {
+                    header,
+                    frame: header.encode(),
+                });
+                tickets.push(rx);
+                continue;
+            }
             let xid = w.next_xid;
             // Positive xids only; the negative ones are reserved.
             w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
@@ -240,7 +239,7 @@ impl Outbox {
             let (tx, rx) = slot();
             queued.push(Pending {
                 xid,
-                op: proto::opcode(&frame),
+                op,
                 sent: Instant::now(),
                 answer: tx,
                 watch,
@@ -252,6 +251,7 @@ impl Outbox {
         }
         let sent = Instant::now();
         let written = match w.stream.as_mut() {
+            _ if out.is_empty() => Ok(()),
             Some(s) => s.write_all(&out),
             None => Err(io::ErrorKind::NotConnected.into()),
         };
@@ -301,23 +301,41 @@ impl Outbox {
     }
 
     /// The oldest request waiting for an answer, which must be `xid`: the server answers a
-    /// connection's requests in order, so anything else is a broken stream. `err` is the
-    /// answer's error code (an `Unimplemented` one is remembered, see `Refused`).
+    /// connection's requests in order, so anything else is a broken stream. Except one: a
+    /// server answers an opcode it does not know (`err` `Unimplemented`) straight from its
+    /// request throttler, ahead of the requests still in its pipeline; that refusal is
+    /// remembered for the server (see `Refused`).
     pub fn complete(&self, xid: i32, err: i32) -> std::result::Result<Pending, proto::Malformed> {
         let mut w = self.wire.lock();
-        let pending = match w.pending.front() {
-            Some(p) if p.xid == xid => w
+        let at = match w.pending.front() {
+            Some(p) if p.xid == xid => 0,
+            Some(_) if err == UNIMPLEMENTED => w
                 .pending
-                .pop_front()
-                .ok_or(proto::Malformed("no request waits"))?,
+                .iter()
+                .position(|p| p.xid == xid)
+                .ok_or(proto::Malformed("a refusal with an unknown xid"))?,
             Some(_) => return Err(proto::Malformed("answer out of order")),
             None => return Err(proto::Malformed("answer with an unknown xid")),
         };
-        w.refused.just_refused = err == UNIMPLEMENTED;
-        if err == UNIMPLEMENTED && !w.refused.ops.contains(&pending.op) {
-            w.refused.ops.push(pending.op);
+        let pending = w
+            .pending
+            .remove(at)
+            .ok_or(proto::Malformed("no request waits"))?;
+        if err == UNIMPLEMENTED {
+            if let Some(server) = w.server {
+                let ops = w.refused.entry(server).or_default();
+                if !ops.contains(&pending.op) {
+                    ops.push(pending.op);
+                }
+            }
         }
         Ok(pending)
+    }
+
+    /// Forgets what `server` refused: a connection to it ended otherwise than right after a
+    /// refusal, and a restart may have changed what it implements.
+    pub fn forget_refusals(&self, server: SocketAddr) {
+        self.wire.lock().refused.remove(&server);
     }
 
     /// When the last request or ping went out.

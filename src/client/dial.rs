@@ -53,11 +53,11 @@ pub(crate) fn bound(s: &TcpStream, until: Instant) -> io::Result<()> {
     s.set_write_timeout(Some(left))
 }
 
-/// Asks the server at `host:port` whether it serves read-write: the `isro` four-letter word,
+/// Asks the server at `addr` whether it serves read-write: the `isro` four-letter word,
 /// which every server with read-only mode enabled answers (`rw` or `ro`). Anything but `rw`,
 /// a refusal or silence is "no".
-pub(crate) fn serves_read_write(host: &str, port: u16, until: Instant) -> io::Result<bool> {
-    let mut s = dial(host, port, until)?;
+pub(crate) fn serves_read_write(addr: SocketAddr, until: Instant) -> io::Result<bool> {
+    let mut s = dial_addrs(&[addr], until)?;
     bound(&s, until)?;
     s.write_all(b"isro")?;
     let mut answer = [0u8; 2];
@@ -99,7 +99,7 @@ fn in_flight() -> &'static Mutex<Lookups> {
 /// until `until`; a lookup that takes longer fails this attempt, and its thread ends when
 /// the resolver gives up by itself (`timeout` × `attempts` in resolv.conf). At most one such
 /// thread runs per name.
-fn resolve(host: &str, port: u16, until: Instant) -> io::Result<Vec<SocketAddr>> {
+pub(crate) fn resolve(host: &str, port: u16, until: Instant) -> io::Result<Vec<SocketAddr>> {
     resolve_with(host, port, until, |name, port| {
         (name, port).to_socket_addrs().map(|a| a.collect())
     })

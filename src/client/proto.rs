@@ -269,6 +269,15 @@ impl ReplyHeader {
             err: d.i32()?,
         })
     }
+
+    /// The header as the server writes it (an answer made up client-side carries it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(16);
+        b.extend_from_slice(&self.xid.to_be_bytes());
+        b.extend_from_slice(&self.zxid.to_be_bytes());
+        b.extend_from_slice(&self.err.to_be_bytes());
+        b
+    }
 }
 
 /// The first frame a client sends on a connection.

@@ -286,15 +286,7 @@ impl Client {
     fn request(&self, path: &str, req: &Req<'_>) -> Result<(Reply, SessionId)> {
         let watch = req.watch_reg();
         let ticket = self
-            .send(vec![req.outgoing()])
-            .map_err(|e| match e {
-                // Refused before it was sent: the caller's path, as for the server's answer.
-                Error::ZooKeeper { code, path: p } if p.is_empty() => Error::ZooKeeper {
-                    code,
-                    path: path.to_owned(),
-                },
-                other => other,
-            })?
+            .send(vec![req.outgoing()])?
             .pop()
             .ok_or(Error::ConnectionLoss)?;
         let session = ticket.session;

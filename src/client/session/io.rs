@@ -16,6 +16,7 @@ const MAX_PROBE: Duration = Duration::from_secs(60);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
 const SESSION_EXPIRED: i32 = -112;
+const UNIMPLEMENTED: i32 = -6;
 const SESSION_CLOSED_REQUIRE_AUTH: i32 = -124;
 
 /// The connection's keep-alives, and what its answers prove the leader has seen.
@@ -35,40 +36,60 @@ struct Beats {
     last_answer: Option<Instant>,
     /// An answer said the session is over: the connection ends here.
     ended: Option<Ended>,
+    /// The latest frame was an older server's refusal of an opcode it does not know: if the
+    /// connection ends now, it ended for that (the server closes after one), not for a
+    /// restart.
+    refused_last: bool,
 }
 
 /// How a connection ended.
 struct Served {
     /// An answer ended the session.
     ended: Option<Ended>,
-    /// The connection was to a read-only server, left for this member, which serves
-    /// read-write.
-    read_write: Option<HostPort>,
+    /// The connection was to a read-only server, left for this address (of this host),
+    /// which serves read-write.
+    read_write: Option<(HostPort, SocketAddr)>,
 }
 
-/// While on a read-only server: which member to ask next whether it serves read-write, and
-/// when.
+/// While on a read-only server: which server to ask next whether it serves read-write, and
+/// when. The candidates are every address the connect string's hosts resolve to but the one
+/// attached (a single name may stand for the whole ensemble), as the Java client asks its
+/// resolved host list.
 struct Probe {
-    others: Vec<HostPort>,
+    hosts: Vec<HostPort>,
+    attached: Option<SocketAddr>,
     next: usize,
     at: Instant,
     every: Duration,
 }
 
 impl Probe {
-    /// Asks the next member if it is time; the member that serves read-write, if it does.
-    /// Waits at most `patience` (the I/O thread reads nothing meanwhile).
-    fn run(&mut self, now: Instant, patience: Duration) -> Option<HostPort> {
-        if now < self.at || self.others.is_empty() {
+    /// Asks the next candidate if it is time; the one that serves read-write, if it does.
+    /// Takes at most `patience` (the I/O thread reads nothing meanwhile).
+    fn run(&mut self, patience: Duration) -> Option<(HostPort, SocketAddr)> {
+        let start = Instant::now();
+        if start < self.at {
             return None;
         }
-        let host = self.others[self.next % self.others.len()].clone();
-        self.next += 1;
-        let read_write = serves_read_write(&host.host, host.port, now + patience);
-        debug!("asked {host} whether it serves read-write: {read_write:?}");
+        let until = start + patience;
+        let candidates: Vec<(HostPort, SocketAddr)> = self
+            .hosts
+            .iter()
+            .flat_map(|h| {
+                resolve(&h.host, h.port, until)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |a| (h.clone(), a))
+            })
+            .filter(|(_, a)| Some(*a) != self.attached)
+            .collect();
         self.every = (self.every * 2).min(MAX_PROBE);
-        self.at = Instant::now() + self.every;
-        read_write.unwrap_or(false).then_some(host)
+        self.at = start + self.every;
+        let (host, addr) = candidates.get(self.next % candidates.len().max(1))?.clone();
+        self.next += 1;
+        let read_write = serves_read_write(addr, until);
+        debug!("asked {addr} ({host}) whether it serves read-write: {read_write:?}");
+        read_write.unwrap_or(false).then_some((host, addr))
     }
 }
 
@@ -98,6 +119,8 @@ impl From<std::io::Error> for Dial {
 
 /// A connection ready for requests, as the I/O thread keeps it.
 struct Conn {
+    /// The server's address.
+    server: Option<SocketAddr>,
     stream: TcpStream,
     reader: FrameReader,
     epoch: u64,
@@ -129,21 +152,25 @@ impl Core {
         fastrand::shuffle(&mut hosts);
         let mut failures = 0u32;
         let mut next = 0usize;
+        let mut pinned = None;
         while !self.is_closed() {
             self.check_silence();
-            let Some(host) = hosts.get(next % hosts.len().max(1)).cloned() else {
-                return;
+            let (host, addr) = match pinned.take() {
+                Some((host, addr)) => (host, Some(addr)),
+                None => {
+                    let Some(host) = hosts.get(next % hosts.len().max(1)).cloned() else {
+                        return;
+                    };
+                    next += 1;
+                    (host, None)
+                }
             };
-            next += 1;
-            match self.handshake(&host, hosts.len()) {
+            match self.handshake(&host, addr, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
-                    let others = hosts.iter().filter(|h| **h != host).cloned().collect();
-                    let served = self.serve(conn, others);
-                    if let Some(rw) = served.read_write {
-                        // The next attempt goes to the member found serving read-write.
-                        next = hosts.iter().position(|h| *h == rw).unwrap_or(next);
-                    }
+                    let served = self.serve(conn, hosts.clone());
+                    // The next attempt goes to the server found serving read-write.
+                    pinned = served.read_write;
                     match served.ended {
                         Some(Ended::Expired) => {
                             if let Some(id) = self.session_id() {
@@ -218,7 +245,13 @@ impl Core {
 
     /// Opens a connection to `host`, attaches a session (the live one if there is one) and
     /// makes it ready for requests: credentials, then the watches to restore.
-    fn handshake(&self, host: &HostPort, hosts: usize) -> std::result::Result<Conn, Dial> {
+    /// `addr`: the one address of `host` to dial (one found serving read-write), if not all.
+    fn handshake(
+        &self,
+        host: &HostPort,
+        addr: Option<SocketAddr>,
+        hosts: usize,
+    ) -> std::result::Result<Conn, Dial> {
         // Only a session the ensemble knows is resumed: one a read-only server made is its
         // own, and a read-write server is asked for a new one (as the Java client does).
         let resume = {
@@ -250,7 +283,10 @@ impl Core {
                 Err(e) => debug!("could not close lost session {}: {e}", old.id),
             }
         }
-        let mut stream = dial(&host.host, host.port, until)?;
+        let mut stream = match addr {
+            Some(addr) => dial_addrs(&[addr], until)?,
+            None => dial(&host.host, host.port, until)?,
+        };
         if !self.track_connecting(&stream) {
             return Err(Dial::Failed("closing".into()));
         }
@@ -367,6 +403,7 @@ impl Core {
         }
         self.connecting.lock().take();
         Ok(Conn {
+            server: stream.peer_addr().ok(),
             stream,
             reader,
             epoch,
@@ -426,7 +463,7 @@ impl Core {
     /// Reads answers until the connection dies, pinging it while idle; on a read-only server,
     /// also asks the `others` now and then whether one serves read-write, and leaves for the
     /// first that does. Returns how the connection ended.
-    fn serve(&self, mut conn: Conn, others: Vec<HostPort>) -> Served {
+    fn serve(&self, mut conn: Conn, hosts: Vec<HostPort>) -> Served {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
         // The lease heartbeat: a write the leader checks the session for, whenever the lease
@@ -445,9 +482,11 @@ impl Core {
             read_only: conn.read_only,
             last_answer: None,
             ended: None,
+            refused_last: false,
         };
-        let mut probe = (conn.read_only && !others.is_empty()).then(|| Probe {
-            others,
+        let mut probe = conn.read_only.then(|| Probe {
+            hosts,
+            attached: conn.server,
             next: 0,
             at: Instant::now() + FIRST_PROBE,
             every: FIRST_PROBE,
@@ -458,6 +497,11 @@ impl Core {
         let mut read_write = None;
         let mut socket_timeout = Duration::ZERO;
         let why = loop {
+            if let Some(found) = probe.as_mut().and_then(|p| p.run(probe_patience)) {
+                let why = format!("{} ({}) serves read-write", found.1, found.0);
+                read_write = Some(found);
+                break why;
+            }
             // What is due goes out first, on every turn: also while answers keep coming (a
             // busy reader must not starve the heartbeat, nor the ping).
             let now = Instant::now();
@@ -494,11 +538,6 @@ impl Core {
                 }
                 beats.ping_sent = Some(now);
             }
-            if let Some(found) = probe.as_mut().and_then(|p| p.run(now, probe_patience)) {
-                let why = format!("{found} serves read-write");
-                read_write = Some(found);
-                break why;
-            }
             let mut wake = last_recv + read_timeout;
             if let Some(p) = &probe {
                 wake = wake.min(p.at);
@@ -531,10 +570,13 @@ impl Core {
                     }
                 }
                 // Whatever fell due is sent at the top of the loop.
-                Err(e) if timed_out(&e) => {}
+                Err(e) if timed_out(&e) => beats.refused_last = false,
                 Err(e) => break format!("{e}"),
             }
         };
+        if let Some(server) = conn.server.filter(|_| !beats.refused_last) {
+            self.outbox.forget_refusals(server);
+        }
         self.disconnected(conn.epoch, &why);
         Served {
             ended: beats.ended,
@@ -555,6 +597,7 @@ impl Core {
     ) -> std::result::Result<(), proto::Malformed> {
         let mut d = Dec::new(&frame);
         let header = ReplyHeader::decode(&mut d)?;
+        beats.refused_last = false;
         if header.zxid > 0 {
             self.last_zxid.fetch_max(header.zxid, Ordering::SeqCst);
         }
@@ -638,6 +681,10 @@ impl Core {
             }
             x => {
                 let pending = self.outbox.complete(x, header.err)?;
+                // An opcode the server does not know is refused ahead of its pipeline, with
+                // zxid -1, and the connection closed after it; a feature switched off is
+                // refused through the pipeline (a real zxid) and the connection stays.
+                beats.refused_last = header.err == UNIMPLEMENTED && header.zxid == -1;
                 if let Some(w) = pending.watch.as_ref() {
                     if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
                         self.watches.lock().add(w.as_set(header.err == 0));

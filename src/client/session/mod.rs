@@ -13,7 +13,7 @@
 //! now) and builds a new one.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
@@ -25,7 +25,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
 use super::conn::{self, timed_out, Anchors, FrameReader, Outbox, Outgoing};
-use super::dial::{bound, dial, serves_read_write};
+use super::dial::{bound, dial, dial_addrs, resolve, serves_read_write};
 use super::events::{Job, Then};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
