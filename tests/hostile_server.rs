@@ -7,12 +7,13 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use common::*;
+use parking_lot::Mutex;
 use rstest::rstest;
 use zk_recipes::{Client, ConnectionState::*, Error};
 
@@ -23,6 +24,78 @@ enum Misdeed {
     UnknownXid,
     HalfAFrame,
     Nothing,
+}
+
+/// A fake server: its own loopback listener, each connection served by `serve(n, stream)`
+/// (`n` counts connections from 0) on a thread of its own. Declared before the client, it is
+/// dropped after it: it stops accepting, shuts every connection it took and joins every
+/// thread it started, so none outlives the test (also when the test panics).
+struct Fake {
+    addr: String,
+    connections: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    taken: Arc<Mutex<Vec<TcpStream>>>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+impl Fake {
+    fn serve(serve: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let (seen, stopping, keep) = (connections.clone(), stop.clone(), taken.clone());
+        let serve = Arc::new(serve);
+        let accept = thread::spawn(move || {
+            let mut threads = Vec::new();
+            for stream in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(s) = stream else { break };
+                let Ok(mine) = s.try_clone() else { break };
+                if let Ok(c) = s.try_clone() {
+                    keep.lock().push(c);
+                }
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                let serve = serve.clone();
+                threads.push(thread::spawn(move || {
+                    serve(n, s);
+                    // Closed when served, whatever clones are kept.
+                    let _ = mine.shutdown(std::net::Shutdown::Both);
+                }));
+            }
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+        Fake {
+            addr,
+            connections,
+            stop,
+            taken,
+            accept: Some(accept),
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop; every connection's thread sees its socket shut.
+        let _ = TcpStream::connect(&self.addr);
+        for s in self.taken.lock().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
@@ -61,54 +134,42 @@ fn reply(xid: i32, record: &[u8]) -> Vec<u8> {
 
 /// Serves connections: the first misbehaves on its first request, the later ones answer
 /// every request as an `exists` that found a node (an all-zero stat), and pings.
-fn fake_server(misdeed: Misdeed, read_only: bool) -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let connections = Arc::new(AtomicUsize::new(0));
-    let seen = connections.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let n = seen.fetch_add(1, Ordering::SeqCst);
-            thread::spawn(move || {
-                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err()
-                {
-                    return;
-                }
-                let mut first = n == 0;
-                while let Some(req) = read_frame(&mut s) {
-                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-                    if xid == -2 {
-                        let _ = s.write_all(&reply(-2, &[]));
-                        continue;
-                    }
-                    if first {
-                        first = false;
-                        let bytes = match misdeed {
-                            Misdeed::Garbage => frame(b"\x01\x02not a reply"),
-                            Misdeed::OversizedFrame => 0x7fff_fff0i32.to_be_bytes().to_vec(),
-                            Misdeed::UnknownXid => reply(xid + 1000, &[0; 68]),
-                            Misdeed::HalfAFrame => {
-                                let mut f = reply(xid, &[0; 68]);
-                                f.truncate(20);
-                                f
-                            }
-                            Misdeed::Nothing => reply(xid, &[0; 68]),
-                        };
-                        let _ = s.write_all(&bytes);
-                        if matches!(misdeed, Misdeed::HalfAFrame) {
-                            return; // closes mid-frame
-                        }
-                        continue;
-                    }
-                    if s.write_all(&reply(xid, &[0; 68])).is_err() {
-                        return;
-                    }
-                }
-            });
+fn fake_server(misdeed: Misdeed, read_only: bool) -> Fake {
+    Fake::serve(move |n, mut s| {
+        if read_frame(&mut s).is_none() || s.write_all(&connect_answer(read_only)).is_err() {
+            return;
         }
-    });
-    (addr, connections)
+        let mut first = n == 0;
+        while let Some(req) = read_frame(&mut s) {
+            let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+            if xid == -2 {
+                let _ = s.write_all(&reply(-2, &[]));
+                continue;
+            }
+            if first {
+                first = false;
+                let bytes = match misdeed {
+                    Misdeed::Garbage => frame(b"\x01\x02not a reply"),
+                    Misdeed::OversizedFrame => 0x7fff_fff0i32.to_be_bytes().to_vec(),
+                    Misdeed::UnknownXid => reply(xid + 1000, &[0; 68]),
+                    Misdeed::HalfAFrame => {
+                        let mut f = reply(xid, &[0; 68]);
+                        f.truncate(20);
+                        f
+                    }
+                    Misdeed::Nothing => reply(xid, &[0; 68]),
+                };
+                let _ = s.write_all(&bytes);
+                if matches!(misdeed, Misdeed::HalfAFrame) {
+                    return; // closes mid-frame
+                }
+                continue;
+            }
+            if s.write_all(&reply(xid, &[0; 68])).is_err() {
+                return;
+            }
+        }
+    })
 }
 
 #[rstest]
@@ -118,8 +179,8 @@ fn fake_server(misdeed: Misdeed, read_only: bool) -> (String, Arc<AtomicUsize>) 
 #[case::half_a_frame(Misdeed::HalfAFrame)]
 fn a_misbehaving_server_costs_a_reconnect_never_a_panic_or_a_hang(#[case] misdeed: Misdeed) {
     init_logs();
-    let (addr, connections) = fake_server(misdeed, false);
-    let client = Client::builder(&addr)
+    let fake = fake_server(misdeed, false);
+    let client = Client::builder(&fake.addr)
         .session_timeout(Duration::from_secs(4))
         .connection_timeout(Duration::from_secs(5))
         .connect()
@@ -130,7 +191,7 @@ fn a_misbehaving_server_costs_a_reconnect_never_a_panic_or_a_hang(#[case] misdee
     assert_eq!(first, Err(Error::ConnectionLoss), "{misdeed:?}");
     next_state(&sub, Suspended);
     next_state(&sub, Reconnected);
-    assert!(connections.load(Ordering::SeqCst) >= 2);
+    assert!(fake.connections() >= 2);
     // A retried read goes through on the next connection.
     assert!(client.with_timeout(SOON).exists("/x").unwrap().is_some());
 }
@@ -138,12 +199,13 @@ fn a_misbehaving_server_costs_a_reconnect_never_a_panic_or_a_hang(#[case] misdee
 #[test]
 fn a_read_only_server_is_refused_unless_allowed() {
     init_logs();
-    let (addr, connections) = fake_server(Misdeed::Nothing, true);
+    let fake = fake_server(Misdeed::Nothing, true);
+    let addr = fake.addr.clone();
     let refused = Client::builder(&addr)
         .connection_timeout(Duration::from_millis(800))
         .connect();
     assert!(matches!(refused, Err(Error::Timeout { .. })), "{refused:?}");
-    assert!(connections.load(Ordering::SeqCst) >= 1);
+    assert!(fake.connections() >= 1);
     let allowed = Client::builder(&addr)
         .allow_read_only(true)
         .connect()
@@ -157,91 +219,85 @@ fn a_read_only_server_is_refused_unless_allowed() {
 #[test]
 fn without_container_support_a_lock_path_is_made_persistent() {
     init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let log = seen.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let log = log.clone();
-            thread::spawn(move || {
-                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
-                    return;
-                }
-                let mut made: Vec<String> = Vec::new();
-                let mut created: Vec<String> = Vec::new();
-                while let Some(req) = read_frame(&mut s) {
-                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-                    let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-                    let path = || {
-                        let len = i32::from_be_bytes([req[8], req[9], req[10], req[11]]) as usize;
-                        String::from_utf8_lossy(&req[12..12 + len]).into_owned()
-                    };
-                    let (err, record): (i32, Vec<u8>) = match op {
-                        -2 | 11 => (0, vec![]), // ping
-                        19 => {
-                            log.lock().unwrap().push(format!("container {}", path()));
-                            (-6, vec![]) // Unimplemented
-                        }
-                        15 => {
-                            let p = path();
-                            let parent = p.rsplit_once('/').map_or("", |x| x.0).to_owned();
-                            if !parent.is_empty() && !made.contains(&parent) {
-                                (-101, vec![]) // NoNode: the lock path is missing
+    let fake = Fake::serve(move |_, mut s| {
+        {
+            if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+                return;
+            }
+            let mut made: Vec<String> = Vec::new();
+            let mut created: Vec<String> = Vec::new();
+            while let Some(req) = read_frame(&mut s) {
+                let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+                let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+                let path = || {
+                    let len = i32::from_be_bytes([req[8], req[9], req[10], req[11]]) as usize;
+                    String::from_utf8_lossy(&req[12..12 + len]).into_owned()
+                };
+                let (err, record): (i32, Vec<u8>) = match op {
+                    -2 | 11 => (0, vec![]), // ping
+                    19 => {
+                        log.lock().unwrap().push(format!("container {}", path()));
+                        (-6, vec![]) // Unimplemented
+                    }
+                    15 => {
+                        let p = path();
+                        let parent = p.rsplit_once('/').map_or("", |x| x.0).to_owned();
+                        if !parent.is_empty() && !made.contains(&parent) {
+                            (-101, vec![]) // NoNode: the lock path is missing
+                        } else {
+                            let name = if p.ends_with('-') {
+                                format!("{p}0000000001")
                             } else {
-                                let name = if p.ends_with('-') {
-                                    format!("{p}0000000001")
-                                } else {
-                                    made.push(p.clone());
-                                    log.lock().unwrap().push(format!("persistent {p}"));
-                                    p
-                                };
-                                created.push(name.clone());
-                                let mut r = (name.len() as i32).to_be_bytes().to_vec();
-                                r.extend_from_slice(name.as_bytes());
-                                r.extend_from_slice(&[0; 68]);
-                                (0, r)
-                            }
-                        }
-                        3 => {
-                            // exists: what was made (and the root) is there.
-                            let p = path();
-                            if p == "/" || made.contains(&p) {
-                                (0, vec![0; 68])
-                            } else {
-                                (-101, vec![])
-                            }
-                        }
-                        12 => {
-                            // The children of the lock path: our node.
-                            let kids: Vec<&str> = created
-                                .iter()
-                                .filter_map(|c| c.strip_prefix("/lock/"))
-                                .collect();
-                            let mut r = (kids.len() as i32).to_be_bytes().to_vec();
-                            for k in kids {
-                                r.extend_from_slice(&(k.len() as i32).to_be_bytes());
-                                r.extend_from_slice(k.as_bytes());
-                            }
+                                made.push(p.clone());
+                                log.lock().unwrap().push(format!("persistent {p}"));
+                                p
+                            };
+                            created.push(name.clone());
+                            let mut r = (name.len() as i32).to_be_bytes().to_vec();
+                            r.extend_from_slice(name.as_bytes());
                             r.extend_from_slice(&[0; 68]);
                             (0, r)
                         }
-                        _ => (0, vec![0; 68]), // exists, delete, sync, ...: fine
-                    };
-                    let mut b = Vec::new();
-                    b.extend_from_slice(&xid.to_be_bytes());
-                    b.extend_from_slice(&1i64.to_be_bytes());
-                    b.extend_from_slice(&err.to_be_bytes());
-                    b.extend_from_slice(&record);
-                    if s.write_all(&frame(&b)).is_err() {
-                        return;
                     }
+                    3 => {
+                        // exists: what was made (and the root) is there.
+                        let p = path();
+                        if p == "/" || made.contains(&p) {
+                            (0, vec![0; 68])
+                        } else {
+                            (-101, vec![])
+                        }
+                    }
+                    12 => {
+                        // The children of the lock path: our node.
+                        let kids: Vec<&str> = created
+                            .iter()
+                            .filter_map(|c| c.strip_prefix("/lock/"))
+                            .collect();
+                        let mut r = (kids.len() as i32).to_be_bytes().to_vec();
+                        for k in kids {
+                            r.extend_from_slice(&(k.len() as i32).to_be_bytes());
+                            r.extend_from_slice(k.as_bytes());
+                        }
+                        r.extend_from_slice(&[0; 68]);
+                        (0, r)
+                    }
+                    _ => (0, vec![0; 68]), // exists, delete, sync, ...: fine
+                };
+                let mut b = Vec::new();
+                b.extend_from_slice(&xid.to_be_bytes());
+                b.extend_from_slice(&1i64.to_be_bytes());
+                b.extend_from_slice(&err.to_be_bytes());
+                b.extend_from_slice(&record);
+                if s.write_all(&frame(&b)).is_err() {
+                    return;
                 }
-            });
+            }
         }
     });
-    let client = Client::builder(&addr)
+    let client = Client::builder(&fake.addr)
         .session_timeout(Duration::from_secs(4))
         .connect()
         .unwrap();
@@ -297,26 +353,20 @@ fn error_reply(xid: i32, err: i32) -> Vec<u8> {
 #[test]
 fn a_read_only_server_never_extends_the_lease() {
     init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let first_conn = Arc::new(parking_lot::Mutex::new(None::<TcpStream>));
     let keep = first_conn.clone();
-    thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(s) = stream else { return };
-            let read_only = n > 0;
-            if n == 0 {
-                *keep.lock() = s.try_clone().ok();
-            }
-            thread::spawn(move || {
-                // Writes (setData 5, check 13, multi 14, sync 9) fail NotReadOnly on a
-                // read-only server.
-                answer_requests(s, read_only, |xid, opcode| {
-                    (read_only && matches!(opcode, 5 | 9 | 13 | 14)).then(|| error_reply(xid, -119))
-                });
-            });
+    let fake = Fake::serve(move |n, s| {
+        let read_only = n > 0;
+        if n == 0 {
+            *keep.lock() = s.try_clone().ok();
         }
+        // Writes (setData 5, check 13, multi 14, sync 9) fail NotReadOnly on a read-only
+        // server.
+        answer_requests(s, read_only, |xid, opcode| {
+            (read_only && matches!(opcode, 5 | 9 | 13 | 14)).then(|| error_reply(xid, -119))
+        });
     });
+    let addr = fake.addr.clone();
     let client = Client::builder(&addr)
         .session_timeout(Duration::from_secs(4))
         .tick_time(Duration::from_millis(100))
@@ -412,17 +462,13 @@ fn only_answers_the_leader_vouched_for_move_the_lease_bound(
     #[case] moves: bool,
 ) {
     init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    thread::spawn(move || {
-        let Ok((s, _)) = listener.accept() else {
-            return;
-        };
+    let fake = Fake::serve(move |_, s| {
         // setData 5, multi 14.
         answer_requests(s, false, |xid, opcode| {
             matches!(opcode, 5 | 14).then(|| write_answer(how, xid))
         });
     });
+    let addr = fake.addr.clone();
     let tick = Duration::from_millis(100);
     let client = Client::builder(&addr)
         .session_timeout(Duration::from_secs(4))
@@ -467,33 +513,29 @@ fn only_answers_the_leader_vouched_for_move_the_lease_bound(
 #[test]
 fn a_peer_that_trickles_bytes_is_declared_dead_by_the_read_timeout() {
     init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut s) = stream else { return };
-            thread::spawn(move || {
-                if n > 0 {
-                    return answer_requests(s, false, |_, _| None);
-                }
-                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+    let fake = Fake::serve(move |n, mut s| {
+        {
+            if n > 0 {
+                return answer_requests(s, false, |_, _| None);
+            }
+            if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+                return;
+            }
+            // The first request is answered one byte every 100 ms, for ever.
+            let Some(req) = read_frame(&mut s) else {
+                return;
+            };
+            let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+            let answer = reply(xid, &[0; 68]);
+            for b in answer.iter().cycle() {
+                if s.write_all(&[*b]).is_err() {
                     return;
                 }
-                // The first request is answered one byte every 100 ms, for ever.
-                let Some(req) = read_frame(&mut s) else {
-                    return;
-                };
-                let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-                let answer = reply(xid, &[0; 68]);
-                for b in answer.iter().cycle() {
-                    if s.write_all(&[*b]).is_err() {
-                        return;
-                    }
-                    thread::sleep(Duration::from_millis(100));
-                }
-            });
+                thread::sleep(Duration::from_millis(100));
+            }
         }
     });
+    let addr = fake.addr.clone();
     // What the fake grants, whatever is asked.
     let session = Duration::from_secs(4);
     let client = Client::builder(&addr)
@@ -522,19 +564,13 @@ fn a_peer_that_trickles_bytes_is_declared_dead_by_the_read_timeout() {
 #[test]
 fn an_answer_that_says_session_expired_loses_the_session_at_once() {
     init_logs();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(s) = stream else { return };
-            // setData (5) is answered SessionExpired; the connection stays open.
-            thread::spawn(move || {
-                answer_requests(s, false, |xid, opcode| {
-                    (opcode == 5).then(|| error_reply(xid, -112))
-                })
-            });
-        }
+    // setData (5) is answered SessionExpired; the connection stays open.
+    let fake = Fake::serve(|_, s| {
+        answer_requests(s, false, |xid, opcode| {
+            (opcode == 5).then(|| error_reply(xid, -112))
+        })
     });
+    let addr = fake.addr.clone();
     let client = Client::builder(&addr)
         .session_timeout(Duration::from_secs(4))
         .tick_time(Duration::from_millis(100))
@@ -554,44 +590,33 @@ fn an_answer_that_says_session_expired_loses_the_session_at_once() {
 /// still in its pipeline); everything else it answers as an `exists` that found a node,
 /// except `exists("/slow")`, which stays in the pipeline. No old server is packaged here, so
 /// this one is faked with the real one's bytes.
-fn old_server() -> (String, Arc<AtomicUsize>) {
+fn old_server() -> Fake {
     const ADD_WATCH: i32 = 106;
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let connections = Arc::new(AtomicUsize::new(0));
-    let seen = connections.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            seen.fetch_add(1, Ordering::SeqCst);
-            thread::spawn(move || {
-                if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
-                    return;
-                }
-                while let Some(req) = read_frame(&mut s) {
-                    let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
-                    let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
-                    if op == ADD_WATCH {
-                        let mut b = Vec::new();
-                        b.extend_from_slice(&xid.to_be_bytes());
-                        // The request never entered the pipeline: zxid -1.
-                        b.extend_from_slice(&(-1i64).to_be_bytes());
-                        b.extend_from_slice(&(-6i32).to_be_bytes());
-                        let _ = s.write_all(&frame(&b));
-                        return;
-                    }
-                    if op == 3 && req.get(12..17) == Some(&b"/slow"[..]) {
-                        continue;
-                    }
-                    let record: &[u8] = if xid == -2 { &[] } else { &[0; 68] };
-                    if s.write_all(&reply(xid, record)).is_err() {
-                        return;
-                    }
-                }
-            });
+    Fake::serve(|_, mut s| {
+        if read_frame(&mut s).is_none() || s.write_all(&connect_answer(false)).is_err() {
+            return;
         }
-    });
-    (addr, connections)
+        while let Some(req) = read_frame(&mut s) {
+            let xid = i32::from_be_bytes([req[0], req[1], req[2], req[3]]);
+            let op = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+            if op == ADD_WATCH {
+                let mut b = Vec::new();
+                b.extend_from_slice(&xid.to_be_bytes());
+                // The request never entered the pipeline: zxid -1.
+                b.extend_from_slice(&(-1i64).to_be_bytes());
+                b.extend_from_slice(&(-6i32).to_be_bytes());
+                let _ = s.write_all(&frame(&b));
+                return;
+            }
+            if op == 3 && req.get(12..17) == Some(&b"/slow"[..]) {
+                continue;
+            }
+            let record: &[u8] = if xid == -2 { &[] } else { &[0; 68] };
+            if s.write_all(&reply(xid, record)).is_err() {
+                return;
+            }
+        }
+    })
 }
 
 /// Issue 20 item 10: an opcode an old server does not know cost every user of the client
@@ -600,8 +625,9 @@ fn old_server() -> (String, Arc<AtomicUsize>) {
 #[test]
 fn an_opcode_an_old_server_does_not_know_costs_the_connection_once() {
     init_logs();
-    let (addr, connections) = old_server();
-    let client = Client::builder(&addr)
+    let old = old_server();
+    let (addr, connections) = (&old.addr, &old.connections);
+    let client = Client::builder(addr)
         .session_timeout(Duration::from_secs(4))
         .connection_timeout(Duration::from_secs(5))
         .connect()
@@ -629,9 +655,10 @@ fn an_opcode_an_old_server_does_not_know_costs_the_connection_once() {
 #[test]
 fn a_refusal_ahead_of_a_pending_answer_is_remembered() {
     init_logs();
-    let (addr, connections) = old_server();
+    let old = old_server();
+    let (addr, connections) = (&old.addr, &old.connections);
     // No retries: the refusal itself must reach the caller, not a retry's answer.
-    let client = Client::builder(&addr)
+    let client = Client::builder(addr)
         .retry_policy(zk_recipes::RetryPolicy::never())
         .session_timeout(Duration::from_secs(4))
         .connection_timeout(Duration::from_secs(5))
@@ -640,6 +667,7 @@ fn a_refusal_ahead_of_a_pending_answer_is_remembered() {
     let (tx, _rx) = crossbeam_channel::unbounded();
     let watch = || client.add_watch("/a", zk_recipes::AddWatchMode::Persistent, &tx);
     let unimplemented = |r: Result<(), Error>| matches!(r, Err(ref e) if e.is_code(zk_recipes::ZkCode::Unimplemented));
+    let sub = client.subscribe();
     thread::scope(|s| {
         let slow = s.spawn(|| client.with_timeout(Duration::from_secs(1)).exists("/slow"));
         wait_for(SOON, || (client.metrics().requests >= 1).then_some(()))
@@ -647,6 +675,9 @@ fn a_refusal_ahead_of_a_pending_answer_is_remembered() {
         assert!(unimplemented(watch()));
         let _ = slow.join();
     });
+    // The server closed after its refusal: the client is back on a new connection.
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
     let after_refusal = connections.load(Ordering::SeqCst);
     for _ in 0..3 {
         assert!(unimplemented(watch()));
@@ -660,14 +691,14 @@ fn a_refusal_ahead_of_a_pending_answer_is_remembered() {
 fn each_old_server_costs_the_connection_once() {
     init_logs();
     let servers: Vec<_> = (0..3).map(|_| old_server()).collect();
-    let connect_string: Vec<&str> = servers.iter().map(|(a, _)| a.as_str()).collect();
+    let connect_string: Vec<&str> = servers.iter().map(|f| f.addr.as_str()).collect();
     let client = Client::builder(&connect_string.join(","))
         .session_timeout(Duration::from_secs(4))
         .connection_timeout(Duration::from_secs(5))
         .connect()
         .unwrap();
     let (tx, _rx) = crossbeam_channel::unbounded();
-    let total = || -> usize { servers.iter().map(|(_, c)| c.load(Ordering::SeqCst)).sum() };
+    let total = || -> usize { servers.iter().map(Fake::connections).sum() };
     for _ in 0..8 {
         let r = client.add_watch("/a", zk_recipes::AddWatchMode::Persistent, &tx);
         assert!(
