@@ -172,6 +172,10 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// TLS could not be set up: a certificate or key file that cannot be read or parsed, or
+    /// (from `connect`) no server whose certificate verified within the connection timeout.
+    /// The message names files by path only, never their contents.
+    Tls(String),
     /// The client (or the recipe) has been closed; nothing more can be done with it.
     Closed,
     /// A recipe was used in a way its protocol forbids (for example releasing a lock from a
@@ -282,6 +286,7 @@ impl fmt::Display for Error {
                  (jute.maxbuffer); nothing was sent"
             ),
             Error::Protocol(msg) => write!(f, "ZooKeeper protocol error: {msg}"),
+            Error::Tls(why) => write!(f, "TLS: {why}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
             Error::LockUpgrade { path } => write!(

@@ -39,6 +39,8 @@ mod session_id;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(feature = "tls")]
+pub use client::TlsOptions;
 pub use client::{
     AddWatchMode, Client, ClientBuilder, ClientInfo, ClientMetrics, ConnectionState, CreateMode,
     Op, OpResult, SessionId, Stat, StateEvent, Subscription, WatchEvent, WatchKind,

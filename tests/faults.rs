@@ -307,3 +307,67 @@ fn an_operation_the_server_refused_as_unimplemented_is_not_sent_again() {
         "not asked after the cut"
     );
 }
+
+/// Bytes the kernel still holds unsent on this process's connections to `peer` (the client
+/// side of a proxy), from `/proc/net/tcp`: how a test knows a write is stuck on a full socket.
+fn unsent_to(peer: std::net::SocketAddr) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let want = format!("0100007F:{:04X}", peer.port());
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local, remote, state, tx_queue:rx_queue
+            (f.get(2) == Some(&want.as_str()) && f.get(3) == Some(&"01"))
+                .then(|| f.get(4)?.split(':').next())
+                .flatten()
+                .and_then(|tx| u64::from_str_radix(tx, 16).ok())
+        })
+        .sum()
+}
+
+/// Issue 20 item 10, landed with issue 21's socket rework: one lock served the writers and
+/// the reader, so a write stuck on a full socket (a server that stopped reading) held up
+/// every answer behind it, also one already on its way. Now the reader completes answers
+/// without the writers' lock: the early read returns while the big write is still stuck.
+#[test]
+fn a_write_stuck_on_a_full_socket_holds_up_no_answer() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(30));
+    client.create("/big", b"", CreateMode::Persistent).unwrap();
+    let (early_tx, early_rx) = std::sync::mpsc::channel();
+    thread::scope(|s| {
+        // An answer on its way: the read reaches the server, its answer waits in the proxy.
+        f.proxy.hold_replies();
+        let before = f.proxy.requests_passed();
+        let c = &client;
+        s.spawn(move || early_tx.send(c.exists("/")));
+        wait_for(SOON, || (f.proxy.requests_passed() > before).then_some(()))
+            .expect("the read reached the server");
+        // The server stops reading, and a caller writes far more than the sockets hold.
+        f.proxy.freeze();
+        let big = s.spawn(|| {
+            let ops: Vec<Op> = (0..40)
+                .map(|_| Op::SetData {
+                    path: "/big".into(),
+                    data: vec![7; 1000 * 1000],
+                    version: None,
+                })
+                .collect();
+            client.pipeline(&ops)
+        });
+        wait_for(SOON, || (unsent_to(f.proxy.addr()) > 1 << 20).then_some(()))
+            .expect("the big write fills the socket");
+        // The answer comes in while the write is stuck.
+        f.proxy.stall_requests();
+        let early = early_rx
+            .recv_timeout(SOON)
+            .expect("the answer waited for the stuck write");
+        assert!(early.unwrap().is_some());
+        assert!(!big.is_finished(), "the write was not stuck after all");
+        f.proxy.heal();
+        let results = big.join().unwrap().unwrap();
+        assert!(results.iter().all(|r| r.is_ok()));
+    });
+}

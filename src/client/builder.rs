@@ -34,6 +34,8 @@ pub struct ClientBuilder {
     max_request: usize,
     /// A session to re-attach to: its id and password.
     resume: Option<(SessionId, Vec<u8>)>,
+    #[cfg(feature = "tls")]
+    tls: Option<super::tls::TlsOptions>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -51,6 +53,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("allow_read_only", &self.allow_read_only)
             .field("max_request", &self.max_request)
             .field("session", &self.resume.as_ref().map(|(id, _)| *id))
+            .field("tls", &self.tls_debug())
             .finish()
     }
 }
@@ -134,6 +137,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Secures every connection with TLS (feature `tls`): the servers' certificates are
+    /// checked against `options`' certificate authority and the host names of the connect
+    /// string, and the client presents its own certificate if `options` name one. The files
+    /// are read again on every connection, so rotating them needs no restart. `connect`
+    /// fails with [`Error::Tls`](crate::Error::Tls) at once if they cannot be read, and when
+    /// no server's certificate verified within the connection timeout.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, options: super::tls::TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
+    }
+
+    fn tls_debug(&self) -> Option<String> {
+        #[cfg(feature = "tls")]
+        return self.tls.as_ref().map(|t| format!("{t:?}"));
+        #[cfg(not(feature = "tls"))]
+        None
+    }
+
     /// Re-attaches to an existing session instead of making a new one (a session handed over
     /// from another process, with the id and password its client had). `connect` fails with
     /// `SessionLost` if the session has expired.
@@ -197,7 +219,19 @@ impl ClientBuilder {
             tick_time: self.tick_time,
             max_request: self.max_request,
             resume: self.resume.clone(),
+            security: self.security()?,
         })
+    }
+
+    /// How connections are secured; TLS files are read once here, so that a wrong path or a
+    /// bad file fails `connect` at once.
+    fn security(&self) -> Result<super::link::Security> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            tls.load().map_err(Error::Tls)?;
+            return Ok(super::link::Security::Tls(std::sync::Arc::new(tls.clone())));
+        }
+        Ok(super::link::Security::Plain)
     }
 
     /// Connects and blocks until the server has granted a session, at most the connection
@@ -228,13 +262,16 @@ impl ClientBuilder {
         match client.core().wait_connected(until) {
             Ok(_) => {}
             Err(Error::ConnectionLoss) => {
+                if let Some(why) = client.core().tls_failure.lock().take() {
+                    return Err(Error::Tls(why));
+                }
                 return Err(Error::timeout(
                     format!(
                         "a ZooKeeper session from {} (is a server running there?)",
                         self.connect_string
                     ),
                     connection_timeout,
-                ))
+                ));
             }
             Err(e) => return Err(e),
         }
@@ -275,6 +312,8 @@ impl Client {
             allow_read_only: false,
             max_request: MAX_REQUEST,
             resume: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 

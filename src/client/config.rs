@@ -25,6 +25,8 @@ pub(crate) struct Config {
     pub max_request: usize,
     /// A session to re-attach to at the first connection: id and password.
     pub resume: Option<(crate::SessionId, Vec<u8>)>,
+    /// Plain or TLS connections.
+    pub security: super::link::Security,
 }
 
 impl Config {

@@ -1,17 +1,22 @@
-//! The connection layer: one socket at a time, its write side shared by every caller (each
-//! request is written on the caller's thread under one lock, in xid order), and the queue of
-//! requests waiting for their answers, which the session's reader thread completes in order.
+//! The connection layer: one connection at a time ([`LinkWriter`]: plain or TLS), its write
+//! side shared by every caller (each request is written on the caller's thread under one
+//! lock, in xid order), and the queue of requests waiting for their answers, under a lock of
+//! its own, which the session's reader thread completes in order. The reader never waits for
+//! a writer: a write stuck on a full socket holds up neither the answers nor the keep-alives
+//! (which the reader only tries to send).
 //!
 //! This layer knows nothing of sessions beyond the id a connection carries; the session layer
 //! opens the gate ([`Outbox::open`]) once a connection is ready for requests, and closes it.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::link::LinkWriter;
 use super::proto::{self, ReplyHeader, MAX_FRAME};
 use super::slot::{slot, Awaited, Promise};
 use super::watches::WatchReg;
@@ -84,16 +89,25 @@ pub(crate) struct Ticket {
     pub sent: Instant,
 }
 
+/// The callers' side of the connection: its write half, and the xids in wire order. Held
+/// while a request is written, and never by the reader thread, which only ever tries it
+/// (see [`Outbox::try_send`]).
 struct Wire {
     /// The write side of the connection, while the gate is open.
-    stream: Option<TcpStream>,
+    stream: Option<LinkWriter>,
     session: SessionId,
     epoch: u64,
     next_xid: i32,
-    pending: VecDeque<Pending>,
-    last_send: Instant,
     /// Set once the client is closed or refused: every send fails with it.
     shut: Option<Error>,
+}
+
+/// The reader's side: the requests waiting for their answers, in wire order, and what the
+/// servers refused. Held only for a moment, by writers (to queue what they are about to
+/// write) and by the reader (to complete an answer), so a write stuck on a full socket never
+/// holds up the answers coming in.
+struct Answers {
+    pending: VecDeque<Pending>,
     /// The server of the open connection.
     server: Option<SocketAddr>,
     refused: Refused,
@@ -113,10 +127,18 @@ type Refused = std::collections::HashMap<SocketAddr, Vec<i32>>;
 /// The wire code of `Unimplemented`.
 const UNIMPLEMENTED: i32 = -6;
 
-/// The write side and the answer queue of the current connection.
+/// The write side and the answer queue of the current connection. Lock order: `wire`, then
+/// `answers`; `kill` alone.
 pub(crate) struct Outbox {
     wire: Mutex<Wire>,
+    answers: Mutex<Answers>,
+    /// The open connection's socket, to end it without waiting for a writer stuck on it.
+    kill: Mutex<Option<TcpStream>>,
     opened: Condvar,
+    /// When the last request or ping went out, as nanoseconds since `born`: read by the
+    /// reader thread without any lock.
+    last_send: AtomicU64,
+    born: Instant,
 }
 
 impl Outbox {
@@ -127,29 +149,39 @@ impl Outbox {
                 session: SessionId(0),
                 epoch: 0,
                 next_xid: 1,
-                pending: VecDeque::new(),
-                last_send: Instant::now(),
                 shut: None,
+            }),
+            answers: Mutex::new(Answers {
+                pending: VecDeque::new(),
                 server: None,
                 refused: Refused::default(),
             }),
+            kill: Mutex::new(None),
             opened: Condvar::new(),
+            last_send: AtomicU64::new(0),
+            born: Instant::now(),
         }
+    }
+
+    fn sent_now(&self) {
+        let nanos = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_send.store(nanos, Ordering::Relaxed);
     }
 
     /// Opens the gate on a ready connection (handshake, auth and watch restore already
     /// written). Returns false if the outbox was shut meanwhile.
-    pub fn open(&self, stream: TcpStream, session: SessionId, epoch: u64) -> bool {
+    pub fn open(&self, stream: LinkWriter, session: SessionId, epoch: u64) -> bool {
         let mut w = self.wire.lock();
         if w.shut.is_some() {
-            let _ = stream.shutdown(Shutdown::Both);
+            stream.shutdown();
             return false;
         }
-        w.server = stream.peer_addr().ok();
+        self.answers.lock().server = stream.peer_addr();
+        *self.kill.lock() = stream.socket().try_clone().ok();
         w.stream = Some(stream);
         w.session = session;
         w.epoch = epoch;
-        w.last_send = Instant::now();
+        self.sent_now();
         self.opened.notify_all();
         true
     }
@@ -157,22 +189,29 @@ impl Outbox {
     /// Closes connection `epoch` (if it is still the current one) and fails every request
     /// still waiting on it.
     pub fn close(&self, epoch: u64) {
+        // A writer stuck on the socket holds `wire`: the socket is ended first, which frees it.
+        if let Some(s) = self.kill.lock().take() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
         let failed: Vec<Pending> = {
             let mut w = self.wire.lock();
             if w.epoch != epoch {
                 return;
             }
             if let Some(s) = w.stream.take() {
-                let _ = s.shutdown(Shutdown::Both);
+                s.shutdown();
             }
-            w.pending.drain(..).collect()
+            self.answers.lock().pending.drain(..).collect()
         };
-        // Dropped outside the lock: each unanswered caller wakes with `None`.
+        // Dropped outside the locks: each unanswered caller wakes with `None`.
         drop(failed);
     }
 
     /// Shuts the outbox for good: the connection is cut and every send fails with `why`.
     pub fn shut(&self, why: Error) {
+        if let Some(s) = self.kill.lock().as_ref() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
         let epoch = {
             let mut w = self.wire.lock();
             w.shut.get_or_insert(why);
@@ -198,73 +237,98 @@ impl Outbox {
                 return Err(w.shut.clone().unwrap_or(Error::ConnectionLoss));
             }
         }
-        let refused = w
-            .server
-            .and_then(|s| w.refused.get(&s))
-            .cloned()
-            .unwrap_or_default();
+        self.write(&mut w, frames)
+    }
+
+    /// What the reader thread sends (the lease heartbeat): `Ok(None)` at once if a writer
+    /// holds the connection, so the reader never waits behind a write (which may itself wait
+    /// for the reader to drain the server's answers).
+    pub fn try_send(&self, frames: Vec<Outgoing>) -> Result<Option<Vec<Ticket>>> {
+        let Some(mut w) = self.wire.try_lock() else {
+            return Ok(None);
+        };
+        if let Some(e) = &w.shut {
+            return Err(e.clone());
+        }
+        if w.stream.is_none() {
+            return Err(Error::ConnectionLoss);
+        }
+        self.write(&mut w, frames).map(Some)
+    }
+
+    fn write(&self, w: &mut Wire, frames: Vec<Outgoing>) -> Result<Vec<Ticket>> {
         let mut tickets = Vec::with_capacity(frames.len());
         let mut out = Vec::new();
         let mut queued = Vec::with_capacity(frames.len());
-        for Outgoing {
-            mut frame,
-            watch,
-            anchors,
-            heartbeat,
-            hold,
-        } in frames
         {
-            let op = proto::opcode(&frame);
-            if refused.contains(&op) {
-                // Answered here as the server did before; the others in the batch go out.
-                log::debug!("not sent: the server answered operation {op} Unimplemented");
-                let (tx, rx) = slot();
-                let header = ReplyHeader {
-                    xid: 0,
-                    zxid: 0,
-                    err: UNIMPLEMENTED,
-                };
-                tx.fulfil(Reply {
-                    header,
-                    frame: header.encode(),
-                });
-                tickets.push(rx);
-                continue;
-            }
-            let xid = w.next_xid;
-            // Positive xids only; the negative ones are reserved.
-            w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
-            proto::set_xid(&mut frame, xid);
-            out.extend_from_slice(&frame);
-            let (tx, rx) = slot();
-            queued.push(Pending {
-                xid,
-                op,
-                sent: Instant::now(),
-                answer: tx,
+            let answers = self.answers.lock();
+            let refused = answers
+                .server
+                .and_then(|s| answers.refused.get(&s))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for Outgoing {
+                mut frame,
                 watch,
                 anchors,
                 heartbeat,
                 hold,
-            });
-            tickets.push(rx);
+            } in frames
+            {
+                let op = proto::opcode(&frame);
+                if refused.contains(&op) {
+                    // Answered here as the server did before; the others in the batch go out.
+                    log::debug!("not sent: the server answered operation {op} Unimplemented");
+                    let (tx, rx) = slot();
+                    let header = ReplyHeader {
+                        xid: 0,
+                        zxid: 0,
+                        err: UNIMPLEMENTED,
+                    };
+                    tx.fulfil(Reply {
+                        header,
+                        frame: header.encode(),
+                    });
+                    tickets.push(rx);
+                    continue;
+                }
+                let xid = w.next_xid;
+                // Positive xids only; the negative ones are reserved.
+                w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+                proto::set_xid(&mut frame, xid);
+                out.extend_from_slice(&frame);
+                let (tx, rx) = slot();
+                queued.push(Pending {
+                    xid,
+                    op,
+                    sent: Instant::now(),
+                    answer: tx,
+                    watch,
+                    anchors,
+                    heartbeat,
+                    hold,
+                });
+                tickets.push(rx);
+            }
         }
         let sent = Instant::now();
-        let written = match w.stream.as_mut() {
-            _ if out.is_empty() => Ok(()),
-            Some(s) => s.write_all(&out),
-            None => Err(io::ErrorKind::NotConnected.into()),
-        };
-        if let Err(e) = written {
-            log::debug!("write failed: {e}; the connection is dropped");
-            if let Some(s) = w.stream.as_ref() {
-                // The reader sees the shutdown and runs the reconnect.
-                let _ = s.shutdown(Shutdown::Both);
+        if !out.is_empty() {
+            // Queued before they are written: an answer can come before `write_all` returns.
+            self.answers.lock().pending.extend(queued);
+            let written = match w.stream.as_mut() {
+                Some(s) => s.write_all(&out),
+                None => Err(io::ErrorKind::NotConnected.into()),
+            };
+            if let Err(e) = written {
+                log::debug!("write failed: {e}; the connection is dropped");
+                if let Some(s) = w.stream.as_ref() {
+                    // The reader sees the shutdown, runs the reconnect and fails what waits.
+                    s.shutdown();
+                }
+                return Err(Error::ConnectionLoss);
             }
-            return Err(Error::ConnectionLoss);
+            self.sent_now();
         }
-        w.last_send = sent;
-        w.pending.extend(queued);
         let session = w.session;
         Ok(tickets
             .into_iter()
@@ -276,19 +340,13 @@ impl Outbox {
             .collect())
     }
 
-    /// Writes a frame that expects no queued answer (a ping) on connection `epoch`.
-    pub fn send_reserved(&self, epoch: u64, frame: &[u8]) -> io::Result<()> {
-        self.write_reserved(Some(epoch), frame)
-    }
-
-    /// Writes a frame with a reserved xid on whatever connection is open now.
-    pub fn send_reserved_now(&self, frame: &[u8]) -> io::Result<()> {
-        self.write_reserved(None, frame)
-    }
-
-    fn write_reserved(&self, epoch: Option<u64>, frame: &[u8]) -> io::Result<()> {
-        let mut w = self.wire.lock();
-        if epoch.is_some_and(|e| e != w.epoch) {
+    /// Writes a frame that expects no queued answer (a ping) on connection `epoch`, unless a
+    /// writer holds the connection (`Ok(false)`): the reader thread never waits behind one.
+    pub fn try_send_reserved(&self, epoch: u64, frame: &[u8]) -> io::Result<bool> {
+        let Some(mut w) = self.wire.try_lock() else {
+            return Ok(false);
+        };
+        if w.epoch != epoch {
             return Err(io::ErrorKind::NotConnected.into());
         }
         let s = w
@@ -296,7 +354,19 @@ impl Outbox {
             .as_mut()
             .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
         s.write_all(frame)?;
-        w.last_send = Instant::now();
+        self.sent_now();
+        Ok(true)
+    }
+
+    /// Writes a frame with a reserved xid on whatever connection is open now.
+    pub fn send_reserved_now(&self, frame: &[u8]) -> io::Result<()> {
+        let mut w = self.wire.lock();
+        let s = w
+            .stream
+            .as_mut()
+            .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
+        s.write_all(frame)?;
+        self.sent_now();
         Ok(())
     }
 
@@ -306,10 +376,10 @@ impl Outbox {
     /// request throttler, ahead of the requests still in its pipeline; that refusal is
     /// remembered for the server (see `Refused`).
     pub fn complete(&self, xid: i32, err: i32) -> std::result::Result<Pending, proto::Malformed> {
-        let mut w = self.wire.lock();
-        let at = match w.pending.front() {
+        let mut a = self.answers.lock();
+        let at = match a.pending.front() {
             Some(p) if p.xid == xid => 0,
-            Some(_) if err == UNIMPLEMENTED => w
+            Some(_) if err == UNIMPLEMENTED => a
                 .pending
                 .iter()
                 .position(|p| p.xid == xid)
@@ -317,13 +387,13 @@ impl Outbox {
             Some(_) => return Err(proto::Malformed("answer out of order")),
             None => return Err(proto::Malformed("answer with an unknown xid")),
         };
-        let pending = w
+        let pending = a
             .pending
             .remove(at)
             .ok_or(proto::Malformed("no request waits"))?;
         if err == UNIMPLEMENTED {
-            if let Some(server) = w.server {
-                let ops = w.refused.entry(server).or_default();
+            if let Some(server) = a.server {
+                let ops = a.refused.entry(server).or_default();
                 if !ops.contains(&pending.op) {
                     ops.push(pending.op);
                 }
@@ -335,12 +405,12 @@ impl Outbox {
     /// Forgets what `server` refused: a connection to it ended otherwise than right after a
     /// refusal, and a restart may have changed what it implements.
     pub fn forget_refusals(&self, server: SocketAddr) {
-        self.wire.lock().refused.remove(&server);
+        self.answers.lock().refused.remove(&server);
     }
 
     /// When the last request or ping went out.
     pub fn last_send(&self) -> Instant {
-        self.wire.lock().last_send
+        self.born + Duration::from_nanos(self.last_send.load(Ordering::Relaxed))
     }
 }
 

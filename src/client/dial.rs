@@ -1,12 +1,11 @@
-//! Opening connections: resolving a host within the caller's deadline, dialing its addresses
-//! with a fair share of that deadline each, and asking a server whether it serves read-write
-//! (the probe a client attached to a read-only server makes).
+//! Opening TCP connections: resolving a host within the caller's deadline, and dialing its
+//! addresses with a fair share of that deadline each.
 //!
 //! Names are resolved again on every dial (nothing is cached here), so a member whose address
 //! changed is found at its new one.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 use std::thread;
@@ -51,29 +50,6 @@ pub(crate) fn bound(s: &TcpStream, until: Instant) -> io::Result<()> {
         .max(Duration::from_millis(1));
     s.set_read_timeout(Some(left))?;
     s.set_write_timeout(Some(left))
-}
-
-/// Asks the server at `addr` whether it serves read-write: the `isro` four-letter word,
-/// which every server with read-only mode enabled answers (`rw` or `ro`). Anything but `rw`,
-/// a refusal or silence is "no".
-pub(crate) fn serves_read_write(addr: SocketAddr, until: Instant) -> io::Result<bool> {
-    let mut s = dial_addrs(&[addr], until)?;
-    bound(&s, until)?;
-    s.write_all(b"isro")?;
-    let mut answer = [0u8; 2];
-    let mut got = 0;
-    while got < answer.len() {
-        if Instant::now() >= until {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        match s.read(&mut answer[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(&answer[..got] == b"rw")
 }
 
 /// A lookup on its way: its result, once the resolver gave it.

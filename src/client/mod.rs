@@ -12,11 +12,14 @@ mod conn;
 mod dial;
 mod events;
 mod janitor;
+pub(crate) mod link;
 mod proto;
 mod request;
 pub(crate) mod session;
 mod slot;
 mod state;
+#[cfg(feature = "tls")]
+mod tls;
 pub(crate) mod token;
 mod touches;
 mod types;
@@ -26,6 +29,8 @@ pub(crate) use self::api::Prefetch;
 pub use self::api::{Client, ClientMetrics, MAX_DATA_LEN};
 pub use self::builder::ClientBuilder;
 pub use self::state::{ConnectionState, StateEvent, Subscription};
+#[cfg(feature = "tls")]
+pub use self::tls::TlsOptions;
 pub use self::types::{
     AddWatchMode, ClientInfo, CreateMode, Op, OpResult, Stat, WatchEvent, WatchKind,
 };

@@ -59,17 +59,41 @@ pub fn expire_session(
     id: crate::SessionId,
     passwd: &[u8],
 ) -> std::io::Result<bool> {
+    expire_over(server, id, passwd, crate::client::link::Security::Plain)
+}
+
+/// [`expire_session`] on a server's TLS port, with the client's TLS options (feature `tls`).
+#[cfg(feature = "tls")]
+pub fn expire_session_tls(
+    server: std::net::SocketAddr,
+    id: crate::SessionId,
+    passwd: &[u8],
+    tls: &crate::TlsOptions,
+) -> std::io::Result<bool> {
+    let security = crate::client::link::Security::Tls(std::sync::Arc::new(tls.clone()));
+    expire_over(server, id, passwd, security)
+}
+
+fn expire_over(
+    server: std::net::SocketAddr,
+    id: crate::SessionId,
+    passwd: &[u8],
+    security: crate::client::link::Security,
+) -> std::io::Result<bool> {
     let timeout = std::time::Duration::from_secs(5);
+    let host = server.ip().to_string();
     let mut last = std::io::Error::other("no attempt made");
     for _ in 0..20 {
-        let attempt =
-            std::net::TcpStream::connect_timeout(&server, timeout).and_then(|mut sock| {
-                crate::client::session::close_session(
-                    &mut sock,
-                    id,
-                    passwd,
-                    std::time::Instant::now() + timeout,
-                )
+        let until = std::time::Instant::now() + timeout;
+        let target = crate::client::link::Target {
+            host: &host,
+            port: server.port(),
+            addr: Some(server),
+        };
+        let attempt = crate::client::link::open(&target, &security, until)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|(mut r, mut w)| {
+                crate::client::session::close_session(&mut r, &mut w, id, passwd, until)
             });
         match attempt {
             Ok(closed) => return Ok(closed),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// How often an idle pump looks at the proxy's mode.
 const POLL: Duration = Duration::from_millis(20);
@@ -20,6 +20,11 @@ enum Mode {
     HoldReplies,
     /// Replies pass, requests are held: the server talks, never hears back.
     HoldRequests,
+    /// Replies pass; requests are not even read, so the client's socket fills and its
+    /// writes block (a server that stopped reading).
+    StallRequests,
+    /// Requests are not read and replies are held.
+    Freeze,
     Refuse,
 }
 
@@ -31,6 +36,7 @@ struct Conn {
 struct Shared {
     target: SocketAddr,
     mode: Mutex<Mode>,
+    mode_changed: Condvar,
     conns: Mutex<Vec<Conn>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
@@ -62,6 +68,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             target,
             mode: Mutex::new(Mode::Pass),
+            mode_changed: Condvar::new(),
             conns: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
@@ -102,20 +109,33 @@ impl FaultProxy {
 
     /// Holds every byte in both directions until [`heal`](Self::heal), keeping sockets open.
     pub fn blackhole(&self) {
-        *self.shared.mode.lock() = Mode::Blackhole;
+        self.set_mode(Mode::Blackhole);
     }
 
     /// Lets requests through but holds every reply until [`heal`](Self::heal) or
     /// [`cut`](Self::cut): the server applies a request whose answer the client never gets.
     pub fn hold_replies(&self) {
-        *self.shared.mode.lock() = Mode::HoldReplies;
+        self.set_mode(Mode::HoldReplies);
     }
 
     /// Lets replies through but holds every request until [`heal`](Self::heal) or
     /// [`cut`](Self::cut): one direction of a partition (the server's side never hears the
     /// client again, the client still hears the server).
     pub fn hold_requests(&self) {
-        *self.shared.mode.lock() = Mode::HoldRequests;
+        self.set_mode(Mode::HoldRequests);
+    }
+
+    /// Replies pass, but the client's bytes are no longer read at all until
+    /// [`heal`](Self::heal): once the socket buffers between are full, the client's writes
+    /// block, as against a server that stopped reading.
+    pub fn stall_requests(&self) {
+        self.set_mode(Mode::StallRequests);
+    }
+
+    /// Requests are not read (as in [`stall_requests`](Self::stall_requests)) and replies are
+    /// held, until another mode or [`heal`](Self::heal).
+    pub fn freeze(&self) {
+        self.set_mode(Mode::Freeze);
     }
 
     /// Bytes delivered from clients to the server so far: a test can wait for it to grow to
@@ -126,19 +146,24 @@ impl FaultProxy {
 
     /// Closes current connections and refuses new ones until [`heal`](Self::heal).
     pub fn refuse(&self) {
-        *self.shared.mode.lock() = Mode::Refuse;
+        self.set_mode(Mode::Refuse);
         self.cut();
     }
 
     /// Back to passing traffic; held bytes are delivered.
     pub fn heal(&self) {
-        *self.shared.mode.lock() = Mode::Pass;
+        self.set_mode(Mode::Pass);
     }
 
     /// Bytes received while black-holed and not delivered yet: a test can wait for this to
     /// know a request is in flight.
     pub fn held_bytes(&self) -> u64 {
         self.shared.held.load(Ordering::SeqCst)
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        *self.shared.mode.lock() = mode;
+        self.shared.mode_changed.notify_all();
     }
 
     /// Connections accepted so far.
@@ -220,6 +245,14 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
         if cut.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
             break;
         }
+        if !replies {
+            let mut mode = shared.mode.lock();
+            if matches!(*mode, Mode::StallRequests | Mode::Freeze) {
+                // Reads nothing; looks again when the mode changes (or to notice a cut).
+                shared.mode_changed.wait_for(&mut mode, POLL);
+                continue;
+            }
+        }
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => pending.extend_from_slice(&buf[..n]),
@@ -228,9 +261,9 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
         }
         let hold = match *shared.mode.lock() {
             Mode::Blackhole => true,
-            Mode::HoldReplies => replies,
+            Mode::HoldReplies | Mode::Freeze => replies,
             Mode::HoldRequests => !replies,
-            Mode::Pass | Mode::Refuse => false,
+            Mode::Pass | Mode::Refuse | Mode::StallRequests => false,
         };
         if hold {
             shared.held.store(pending.len() as u64, Ordering::SeqCst);

@@ -13,6 +13,9 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// Java client's schedule).
 const FIRST_PROBE: Duration = Duration::from_millis(100);
 const MAX_PROBE: Duration = Duration::from_secs(60);
+/// How soon the reader tries again a keep-alive it could not write because a caller was
+/// writing (it never waits behind a write: that write may wait for the reader).
+const BUSY_RETRY: Duration = Duration::from_millis(5);
 /// The wire code of `NoNode`, for which an `exists` still sets its watch.
 const NO_NODE: i32 = -101;
 const SESSION_EXPIRED: i32 = -112;
@@ -57,6 +60,7 @@ struct Served {
 /// resolved host list.
 struct Probe {
     hosts: Vec<HostPort>,
+    security: Security,
     attached: Option<SocketAddr>,
     next: usize,
     at: Instant,
@@ -87,7 +91,7 @@ impl Probe {
         self.at = start + self.every;
         let (host, addr) = candidates.get(self.next % candidates.len().max(1))?.clone();
         self.next += 1;
-        let read_write = serves_read_write(addr, until);
+        let read_write = link::serves_read_write(&host.host, addr, &self.security, until);
         debug!("asked {addr} ({host}) whether it serves read-write: {read_write:?}");
         read_write.unwrap_or(false).then_some((host, addr))
     }
@@ -109,6 +113,8 @@ enum Dial {
     Expired,
     AuthFailed,
     Failed(String),
+    /// TLS could not be set up: unreadable files, a certificate that does not verify.
+    Tls(String),
 }
 
 impl From<std::io::Error> for Dial {
@@ -117,11 +123,20 @@ impl From<std::io::Error> for Dial {
     }
 }
 
+impl From<OpenError> for Dial {
+    fn from(e: OpenError) -> Dial {
+        match e {
+            OpenError::Io(e) => Dial::Failed(e.to_string()),
+            OpenError::Tls(e) => Dial::Tls(e),
+        }
+    }
+}
+
 /// A connection ready for requests, as the I/O thread keeps it.
 struct Conn {
     /// The server's address.
     server: Option<SocketAddr>,
-    stream: TcpStream,
+    stream: LinkReader,
     reader: FrameReader,
     epoch: u64,
     timeout: Duration,
@@ -195,8 +210,17 @@ impl Core {
                     warn!("the server refused the credentials; the client stops connecting");
                     return self.stop_for(Error::auth_failed());
                 }
-                Err(Dial::Failed(why)) => {
-                    debug!("no connection to {}:{}: {why}", host.host, host.port);
+                Err(failure @ (Dial::Failed(_) | Dial::Tls(_))) => {
+                    let why = match failure {
+                        Dial::Tls(why) => {
+                            warn!("no TLS connection to {host}: {why}");
+                            *self.tls_failure.lock() = Some(why.clone());
+                            why
+                        }
+                        Dial::Failed(why) => why,
+                        Dial::Expired | Dial::AuthFailed => String::new(),
+                    };
+                    debug!("no connection to {host}: {why}");
                     failures += 1;
                     if failures as usize % hosts.len().max(1) == 0 {
                         let round = failures / hosts.len().max(1) as u32;
@@ -274,23 +298,31 @@ impl Core {
         if let Some(at) = self.lost_at() {
             until = until.min(at);
         }
+        let target = Target {
+            host: &host.host,
+            port: host.port,
+            addr,
+        };
         if let Some(old) = self.to_close.lock().take() {
-            match dial(&host.host, host.port, until)
-                .and_then(|s| self.track_connecting(&s).then_some(s).ok_or(Closing.into()))
-                .and_then(|mut s| close_session(&mut s, old.id, &old.passwd, until))
-            {
+            let closed = link::open(&target, &self.config.security, until)
+                .map_err(|e| e.to_string())
+                .and_then(|(mut r, mut w)| {
+                    if !self.track_connecting(w.socket()) {
+                        return Err("the client is closing".into());
+                    }
+                    close_session(&mut r, &mut w, old.id, &old.passwd, until)
+                        .map_err(|e| e.to_string())
+                });
+            match closed {
                 Ok(closed) => debug!("closed lost session {} on the server: {closed}", old.id),
                 Err(e) => debug!("could not close lost session {}: {e}", old.id),
             }
         }
-        let mut stream = match addr {
-            Some(addr) => dial_addrs(&[addr], until)?,
-            None => dial(&host.host, host.port, until)?,
-        };
-        if !self.track_connecting(&stream) {
+        let (mut stream, mut writer) = link::open(&target, &self.config.security, until)?;
+        if !self.track_connecting(writer.socket()) {
             return Err(Dial::Failed("closing".into()));
         }
-        bound(&stream, until)?;
+        bound(writer.socket(), until)?;
         let sent_at = Instant::now();
         let request = ConnectRequest {
             last_zxid_seen: self.last_zxid.load(Ordering::SeqCst),
@@ -304,7 +336,7 @@ impl Core {
         // The connect request goes alone, as the Java client sends it: a server that refuses
         // the session answers and closes at once, and bytes written behind the request could
         // make that close a reset that loses the answer ("expired").
-        std::io::Write::write_all(&mut stream, &request.encode())?;
+        writer.write_all(&request.encode())?;
         let mut reader = FrameReader::new();
         let frame = reader.read_frame(&mut stream, Some(until))?;
         // A server that will not make the session (a read-only one without local sessions
@@ -369,7 +401,7 @@ impl Core {
             }
         }
         if !out.is_empty() {
-            std::io::Write::write_all(&mut stream, &out)?;
+            writer.write_all(&out)?;
         }
         for _ in &auth {
             let frame = reader.read_frame(&mut stream, Some(until))?;
@@ -388,8 +420,8 @@ impl Core {
         }
         let timeout = Duration::from_millis(answer.timeout_ms as u64);
         let read_timeout = timeout * 2 / 3;
-        stream.set_write_timeout(Some(read_timeout))?;
-        let writer = stream.try_clone()?;
+        writer.socket().set_write_timeout(Some(read_timeout))?;
+        let server = writer.peer_addr();
         let epoch = self.epochs.fetch_add(1, Ordering::SeqCst) + 1;
         let session = Session {
             id,
@@ -402,8 +434,9 @@ impl Core {
             return Err(Dial::Failed("closing".into()));
         }
         self.connecting.lock().take();
+        self.tls_failure.lock().take();
         Ok(Conn {
-            server: stream.peer_addr().ok(),
+            server,
             stream,
             reader,
             epoch,
@@ -418,7 +451,7 @@ impl Core {
     /// after it (not on a read-only server).
     fn connected(
         &self,
-        writer: TcpStream,
+        writer: LinkWriter,
         session: Session,
         epoch: u64,
         anchor: Option<Instant>,
@@ -486,6 +519,7 @@ impl Core {
         };
         let mut probe = conn.read_only.then(|| Probe {
             hosts,
+            security: self.config.security.clone(),
             attached: conn.server,
             next: 0,
             at: Instant::now() + FIRST_PROBE,
@@ -496,6 +530,8 @@ impl Core {
         let probe_patience = (ping_every / 2).min(Duration::from_secs(1));
         let mut read_write = None;
         let mut socket_timeout = Duration::ZERO;
+        // A keep-alive that found a caller writing: when to try it again.
+        let mut busy = None;
         let why = loop {
             if let Some(found) = probe.as_mut().and_then(|p| p.run(probe_patience)) {
                 let why = format!("{} ({}) serves read-write", found.1, found.0);
@@ -526,19 +562,27 @@ impl Core {
                     heartbeat: true,
                     ..check
                 };
-                if let Err(e) = self.outbox.send(vec![heartbeat], now + read_timeout) {
-                    break format!("heartbeat: {e}");
+                match self.outbox.try_send(vec![heartbeat]) {
+                    Ok(Some(_)) => {
+                        beats.heartbeat_out = true;
+                        beat = false;
+                    }
+                    // A caller is writing: again on the next turn, soon.
+                    Ok(None) => busy = Some(now + BUSY_RETRY),
+                    Err(e) => break format!("heartbeat: {e}"),
                 }
-                beats.heartbeat_out = true;
-                beat = false;
             } else if beats.ping_sent.is_none() && now >= self.outbox.last_send() + ping_every {
                 let ping = Enc::request(xid::PING, op::PING).finish();
-                if let Err(e) = self.outbox.send_reserved(conn.epoch, &ping) {
-                    break format!("ping: {e}");
+                match self.outbox.try_send_reserved(conn.epoch, &ping) {
+                    Ok(true) => beats.ping_sent = Some(now),
+                    Ok(false) => busy = Some(now + BUSY_RETRY),
+                    Err(e) => break format!("ping: {e}"),
                 }
-                beats.ping_sent = Some(now);
             }
             let mut wake = last_recv + read_timeout;
+            if let Some(b) = busy.take() {
+                wake = wake.min(b);
+            }
             if let Some(p) = &probe {
                 wake = wake.min(p.at);
             }
@@ -772,13 +816,13 @@ impl From<Closing> for std::io::Error {
 /// Attaches to session `id` over `sock` and closes it, so that its ephemeral nodes go now
 /// rather than when the server would expire it. `Ok(false)` if it had already expired.
 pub(crate) fn close_session(
-    sock: &mut TcpStream,
+    r: &mut LinkReader,
+    w: &mut LinkWriter,
     id: SessionId,
     passwd: &[u8],
     until: Instant,
 ) -> std::io::Result<bool> {
-    use std::io::Write;
-    bound(sock, until)?;
+    bound(w.socket(), until)?;
     let timeout = until.saturating_duration_since(Instant::now());
     let req = ConnectRequest {
         last_zxid_seen: 0,
@@ -787,14 +831,14 @@ pub(crate) fn close_session(
         passwd: passwd.to_vec(),
         read_only: false,
     };
-    sock.write_all(&req.encode())?;
+    w.write_all(&req.encode())?;
     let mut reader = FrameReader::new();
-    let answer = ConnectResponse::decode(&reader.read_frame(sock, Some(until))?)
+    let answer = ConnectResponse::decode(&reader.read_frame(r, Some(until))?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     if answer.timeout_ms <= 0 {
         return Ok(false);
     }
-    sock.write_all(&Enc::request(1, op::CLOSE_SESSION).finish())?;
-    reader.read_frame(sock, Some(until))?;
+    w.write_all(&Enc::request(1, op::CLOSE_SESSION).finish())?;
+    reader.read_frame(r, Some(until))?;
     Ok(true)
 }

@@ -25,8 +25,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
 use super::conn::{self, timed_out, Anchors, FrameReader, Outbox, Outgoing};
-use super::dial::{bound, dial, dial_addrs, resolve, serves_read_write};
+use super::dial::{bound, resolve};
 use super::events::{Job, Then};
+use super::link::{self, LinkReader, LinkWriter, OpenError, Security, Target};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
@@ -126,6 +127,9 @@ pub(crate) struct Core {
     stopped: Receiver<()>,
     /// The socket of a handshake in progress, so that shutdown can cut it.
     connecting: Mutex<Option<TcpStream>>,
+    /// Why the latest connection attempt failed in its TLS setup, until one succeeds: what
+    /// `connect()` reports instead of a bare timeout.
+    pub tls_failure: Mutex<Option<String>>,
     /// A session the client declared lost while the server may still keep it: closed on the
     /// next connection, so that its ephemeral nodes go now rather than at its expiry.
     to_close: Mutex<Option<Session>>,
@@ -186,6 +190,7 @@ impl Core {
             stop: Mutex::new(Some(stop)),
             stopped,
             connecting: Mutex::new(None),
+            tls_failure: Mutex::new(None),
             to_close: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),

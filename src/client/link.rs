@@ -1,0 +1,286 @@
+//! One connection to a server, plain TCP or TLS, chosen when it is dialed and split at once
+//! into the side the I/O thread reads ([`LinkReader`]) and the side callers write
+//! ([`LinkWriter`]). Both sides of a TLS connection share its record state, but neither waits
+//! for the other on the socket: the reader takes the TLS state only to decrypt what it has
+//! read, and the writer only to encrypt what it is about to write, so a write stuck on a full
+//! socket never holds up the answers coming in.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+#[cfg(feature = "tls")]
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "tls")]
+use parking_lot::Mutex;
+
+use super::dial::{bound, dial, dial_addrs};
+#[cfg(feature = "tls")]
+use super::tls::TlsOptions;
+
+/// Where to dial: a host of the connect string, or one address of it.
+pub(crate) struct Target<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    /// One address of `host` to dial instead of all it resolves to.
+    pub addr: Option<SocketAddr>,
+}
+
+/// How a connection is secured.
+#[derive(Clone, Default)]
+pub(crate) enum Security {
+    #[default]
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(Arc<TlsOptions>),
+}
+
+/// Why a link could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The network: nothing listens, a timeout, a reset.
+    Io(io::Error),
+    /// TLS: files that cannot be read, a certificate that does not verify, a refused
+    /// handshake. Retrying does not help until someone changes a certificate.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Tls(String),
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> OpenError {
+        OpenError::Io(e)
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "{e}"),
+            OpenError::Tls(e) => write!(f, "TLS: {e}"),
+        }
+    }
+}
+
+/// Dials `target` and, for TLS, completes the TLS handshake, all by `until`.
+pub(crate) fn open(
+    target: &Target<'_>,
+    security: &Security,
+    until: Instant,
+) -> Result<(LinkReader, LinkWriter), OpenError> {
+    let sock = match target.addr {
+        Some(addr) => dial_addrs(&[addr], until)?,
+        None => dial(target.host, target.port, until)?,
+    };
+    match security {
+        Security::Plain => {
+            let writer = sock.try_clone()?;
+            Ok((
+                LinkReader {
+                    sock,
+                    #[cfg(feature = "tls")]
+                    tls: None,
+                },
+                LinkWriter {
+                    sock: writer,
+                    #[cfg(feature = "tls")]
+                    tls: None,
+                },
+            ))
+        }
+        #[cfg(feature = "tls")]
+        Security::Tls(tls) => {
+            let conn = tls.handshake(&sock, target.host, until)?;
+            let shared = Arc::new(Shared {
+                conn: Mutex::new(conn),
+                out: Mutex::new(sock.try_clone()?),
+            });
+            let writer = sock.try_clone()?;
+            Ok((
+                LinkReader {
+                    sock,
+                    tls: Some(TlsIn {
+                        shared: shared.clone(),
+                        raw: vec![0; 16 * 1024].into_boxed_slice(),
+                        start: 0,
+                        end: 0,
+                    }),
+                },
+                LinkWriter {
+                    sock: writer,
+                    tls: Some(shared),
+                },
+            ))
+        }
+    }
+}
+
+/// A TLS connection's record state, shared by its two sides. Lock order: `out`, then `conn`
+/// (the reader only ever tries `out` while it holds `conn`).
+#[cfg(feature = "tls")]
+struct Shared {
+    conn: Mutex<rustls::ClientConnection>,
+    /// The socket's write side: encrypted bytes go out under it, in the order they were
+    /// encrypted.
+    out: Mutex<TcpStream>,
+}
+
+#[cfg(feature = "tls")]
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Everything the TLS state has to send (records, alerts), encrypted.
+#[cfg(feature = "tls")]
+fn pending_records(conn: &mut rustls::ClientConnection) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// The read side, owned by the I/O thread.
+pub(crate) struct LinkReader {
+    sock: TcpStream,
+    #[cfg(feature = "tls")]
+    tls: Option<TlsIn>,
+}
+
+/// The reader's part of a TLS connection: encrypted bytes read but not yet taken by the TLS
+/// state (it takes them only as fast as the plaintext is read).
+#[cfg(feature = "tls")]
+struct TlsIn {
+    shared: Arc<Shared>,
+    raw: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl LinkReader {
+    /// Sets the socket's read timeout.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.sock.set_read_timeout(timeout)
+    }
+}
+
+impl Read for LinkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = self.tls.as_mut() {
+            return tls.read(&mut self.sock, buf);
+        }
+        self.sock.read(buf)
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsIn {
+    fn read(&mut self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut conn = self.shared.conn.lock();
+                match conn.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if self.start < self.end {
+                    let mut rest = &self.raw[self.start..self.end];
+                    let taken = conn.read_tls(&mut rest)?;
+                    self.start += taken;
+                    let processed = conn.process_new_packets();
+                    // An alert or a key update to answer goes out now if no writer is busy;
+                    // otherwise the next write takes it along.
+                    if conn.wants_write() {
+                        if let Some(mut out) = self.shared.out.try_lock() {
+                            let records = pending_records(&mut conn)?;
+                            drop(conn);
+                            out.write_all(&records)?;
+                        }
+                    }
+                    processed.map_err(tls_error)?;
+                    continue;
+                }
+            }
+            // Nothing buffered: wait for the network without holding the TLS state.
+            let n = sock.read(&mut self.raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.start = 0;
+            self.end = n;
+        }
+    }
+}
+
+/// The write side, owned by the connection layer's outbox.
+pub(crate) struct LinkWriter {
+    sock: TcpStream,
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<Shared>>,
+}
+
+impl LinkWriter {
+    /// Writes all of `bytes` (encrypted, for TLS).
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(shared) = &self.tls {
+            let mut out = shared.out.lock();
+            let records = {
+                let mut conn = shared.conn.lock();
+                conn.writer().write_all(bytes)?;
+                pending_records(&mut conn)?
+            };
+            return out.write_all(&records);
+        }
+        self.sock.write_all(bytes)
+    }
+
+    /// Ends the connection both ways; the reader sees its end.
+    pub fn shutdown(&self) {
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.sock.peer_addr().ok()
+    }
+
+    /// The socket, for its timeouts and for shutting it from elsewhere.
+    pub fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+/// Asks the server at `addr` (of `host`) whether it serves read-write, over the client's own
+/// security: the `isro` four-letter word, which every server with read-only mode enabled
+/// answers (`rw` or `ro`). Anything but `rw`, a refusal or silence is "no".
+pub(crate) fn serves_read_write(
+    host: &str,
+    addr: SocketAddr,
+    security: &Security,
+    until: Instant,
+) -> Result<bool, OpenError> {
+    let target = Target {
+        host,
+        port: addr.port(),
+        addr: Some(addr),
+    };
+    let (mut r, mut w) = open(&target, security, until)?;
+    bound(w.socket(), until)?;
+    w.write_all(b"isro")?;
+    let mut answer = [0u8; 2];
+    let mut got = 0;
+    while got < answer.len() {
+        if Instant::now() >= until {
+            return Err(io::Error::from(io::ErrorKind::TimedOut).into());
+        }
+        match r.read(&mut answer[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(&answer[..got] == b"rw")
+}
