@@ -9,7 +9,7 @@ mod api;
 mod builder;
 mod config;
 mod conn;
-mod dial;
+pub(crate) mod dial;
 mod events;
 mod janitor;
 pub(crate) mod link;

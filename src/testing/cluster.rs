@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::jvm::{self, four_letter, Jvm, TempDir};
+use super::jvm::{self, four_letter_over, Jvm, TempDir};
 use super::proxy::FaultProxy;
 use super::server::{mode_of, wait_ready, ServerOptions};
 use super::HarnessError;
@@ -67,7 +67,7 @@ impl TestingCluster {
                 "an ensemble needs a member".into(),
             ));
         }
-        let classpath = jvm::classpath(options.classpath.as_deref())?;
+        let classpath = jvm::classpath(options.classpath.as_deref(), options.needs_netty())?;
         let dir = TempDir::new("cluster")?;
         let mut ports = Vec::new();
         // Hold every listener until all ports are chosen, so no two members get the same one.
@@ -153,6 +153,7 @@ impl TestingCluster {
             let Some(jvm) = guard.as_ref() else { continue };
             wait_ready(
                 self.addr(i),
+                &self.options.security(),
                 "srvr",
                 |a| matches!(mode_of(a), Some("leader" | "follower")),
                 jvm,
@@ -286,8 +287,13 @@ impl TestingCluster {
     pub fn leader(&self) -> Option<usize> {
         (0..self.members.len()).find(|&i| {
             self.members[i].jvm.lock().is_some()
-                && four_letter(self.addr(i), "srvr", Duration::from_secs(2))
-                    .is_ok_and(|a| mode_of(&a) == Some("leader"))
+                && four_letter_over(
+                    self.addr(i),
+                    "srvr",
+                    Duration::from_secs(2),
+                    &self.options.security(),
+                )
+                .is_ok_and(|a| mode_of(&a) == Some("leader"))
         })
     }
 

@@ -31,10 +31,24 @@ exit 0
 /// Default location of the Debian package's server jar (its manifest names the rest).
 pub const DEBIAN_CLASSPATH: &str = "/usr/share/java/zookeeper.jar";
 const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+/// The Netty modules ZooKeeper's Netty connection factory loads (Debian's names).
+const NETTY_MODULES: [&str; 8] = [
+    "netty-buffer",
+    "netty-codec",
+    "netty-common",
+    "netty-handler",
+    "netty-resolver",
+    "netty-transport",
+    "netty-transport-native-epoll",
+    "netty-transport-native-unix-common",
+];
 
 /// The classpath to run: `ZOOKEEPER_CLASSPATH` or the Debian package's jars. Checked: every
 /// file entry must exist.
-pub(crate) fn classpath(explicit: Option<&str>) -> Result<String, HarnessError> {
+///
+/// With `netty` (a TLS port), Debian's Netty modules join the default classpath: the server's
+/// Netty connection factory needs them, and Debian's `netty-all.jar` is an empty aggregate.
+pub(crate) fn classpath(explicit: Option<&str>, netty: bool) -> Result<String, HarnessError> {
     let cp = match explicit
         .map(str::to_owned)
         .or_else(|| std::env::var("ZOOKEEPER_CLASSPATH").ok())
@@ -47,6 +61,13 @@ pub(crate) fn classpath(explicit: Option<&str>) -> Result<String, HarnessError> 
             if Path::new(SLF4J_SIMPLE).exists() {
                 cp.push(':');
                 cp.push_str(SLF4J_SIMPLE);
+            }
+            if netty {
+                for module in NETTY_MODULES {
+                    cp.push_str(":/usr/share/java/");
+                    cp.push_str(module);
+                    cp.push_str(".jar");
+                }
             }
             cp
         }
@@ -217,6 +238,47 @@ pub fn four_letter(addr: SocketAddr, word: &str, timeout: Duration) -> std::io::
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// Sends a four-letter word over the server's client port as a client would reach it (plain
+/// or TLS) and returns the answer.
+pub(crate) fn four_letter_over(
+    addr: SocketAddr,
+    word: &str,
+    timeout: Duration,
+    security: &crate::client::link::Security,
+) -> std::io::Result<String> {
+    use crate::client::link;
+    if matches!(security, link::Security::Plain) {
+        return four_letter(addr, word, timeout);
+    }
+    let until = std::time::Instant::now() + timeout;
+    let host = addr.ip().to_string();
+    let target = link::Target {
+        host: &host,
+        port: addr.port(),
+        addr: Some(addr),
+    };
+    let (mut r, mut w) =
+        link::open(&target, security, until).map_err(|e| std::io::Error::other(e.to_string()))?;
+    crate::client::dial::bound(w.socket(), until)?;
+    r.set_read_timeout(Some(timeout))?;
+    w.write_all(word.as_bytes())?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            // The server closes without a TLS close_notify: the answer is whole.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
+            Err(e) => return Err(e),
+        }
+        if std::time::Instant::now() >= until {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A free loopback port (bound and released; the usual small race is acceptable in tests).

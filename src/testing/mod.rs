@@ -23,6 +23,8 @@ use std::fmt;
 pub use cluster::TestingCluster;
 pub use jvm::{four_letter, pid_alive, DEBIAN_CLASSPATH};
 pub use proxy::FaultProxy;
+#[cfg(feature = "tls")]
+pub use server::ServerTls;
 pub use server::{ServerOptions, TestingServer};
 
 /// Why the harness could not provide a server.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::jvm::{self, four_letter, Jvm, TempDir};
+use super::jvm::{self, four_letter_over, Jvm, TempDir};
 use super::HarnessError;
 
 /// Server settings shared by [`TestingServer`] and [`TestingCluster`](super::TestingCluster).
@@ -38,6 +38,25 @@ pub struct ServerOptions {
     pub system_properties: Vec<(String, String)>,
     /// More `zoo.cfg` lines, `(key, value)` (for example `("localSessionsEnabled", "true")`).
     pub config: Vec<(String, String)>,
+    /// TLS only: the client port is a `secureClientPort` (Netty), and there is no plaintext
+    /// port (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub tls: Option<ServerTls>,
+}
+
+/// A server's TLS (feature `tls`): ZooKeeper's PEM key and trust stores
+/// (`ssl.keyStore.type=PEM`), on a `secureClientPort` served by Netty.
+#[cfg(feature = "tls")]
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// PEM file with the server's private key and certificate chain.
+    pub key_store: std::path::PathBuf,
+    /// PEM file with the authorities whose client certificates the server accepts.
+    pub trust_store: std::path::PathBuf,
+    /// `ssl.clientAuth=need` (every client presents a certificate) if true, `want` if false.
+    pub client_auth_required: bool,
+    /// What the harness itself uses to talk to the server (readiness, four-letter words).
+    pub client: crate::TlsOptions,
 }
 
 impl Default for ServerOptions {
@@ -53,6 +72,8 @@ impl Default for ServerOptions {
             sync_limit: 20,
             system_properties: Vec::new(),
             config: Vec::new(),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -76,13 +97,58 @@ impl ServerOptions {
         props
     }
 
+    /// The TLS lines of `zoo.cfg`, if TLS is on: the client port is then the secure one.
+    fn add_tls(&self, cfg: &mut String, client_port: u16) -> bool {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let _ = writeln!(cfg, "secureClientPort={client_port}");
+            let _ = writeln!(cfg, "secureClientPortAddress=127.0.0.1");
+            let _ = writeln!(
+                cfg,
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+            );
+            let _ = writeln!(cfg, "ssl.keyStore.location={}", tls.key_store.display());
+            let _ = writeln!(cfg, "ssl.keyStore.type=PEM");
+            let _ = writeln!(cfg, "ssl.trustStore.location={}", tls.trust_store.display());
+            let _ = writeln!(cfg, "ssl.trustStore.type=PEM");
+            let auth = if tls.client_auth_required {
+                "need"
+            } else {
+                "want"
+            };
+            let _ = writeln!(cfg, "ssl.clientAuth={auth}");
+            return true;
+        }
+        let _ = (cfg, client_port);
+        false
+    }
+
+    /// How the harness talks to the server's client port.
+    pub(crate) fn security(&self) -> crate::client::link::Security {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return crate::client::link::Security::Tls(std::sync::Arc::new(tls.client.clone()));
+        }
+        crate::client::link::Security::Plain
+    }
+
+    /// Whether the server needs Netty (TLS) on its classpath.
+    pub(crate) fn needs_netty(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     /// The common part of `zoo.cfg`.
     pub(crate) fn base_config(&self, data_dir: &Path, client_port: u16) -> String {
         let mut cfg = String::new();
         let _ = writeln!(cfg, "tickTime={}", self.tick_time.as_millis());
         let _ = writeln!(cfg, "dataDir={}", data_dir.display());
-        let _ = writeln!(cfg, "clientPort={client_port}");
-        let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");
+        if !self.add_tls(&mut cfg, client_port) {
+            let _ = writeln!(cfg, "clientPort={client_port}");
+            let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");
+        }
         let _ = writeln!(
             cfg,
             "maxSessionTimeout={}",
@@ -115,6 +181,7 @@ pub(crate) fn mode_of(srvr: &str) -> Option<&str> {
 /// `timeout` passes.
 pub(crate) fn wait_ready(
     addr: SocketAddr,
+    security: &crate::client::link::Security,
     word: &str,
     ready: impl Fn(&str) -> bool,
     jvm: &Jvm,
@@ -122,7 +189,7 @@ pub(crate) fn wait_ready(
 ) -> Result<(), HarnessError> {
     let until = Instant::now() + timeout;
     loop {
-        if let Ok(answer) = four_letter(addr, word, Duration::from_millis(500)) {
+        if let Ok(answer) = four_letter_over(addr, word, Duration::from_millis(500), security) {
             if ready(&answer) {
                 return Ok(());
             }
@@ -167,7 +234,7 @@ impl TestingServer {
 
     /// Starts a server with `options`.
     pub fn with_options(options: ServerOptions) -> Result<TestingServer, HarnessError> {
-        let classpath = jvm::classpath(options.classpath.as_deref())?;
+        let classpath = jvm::classpath(options.classpath.as_deref(), options.needs_netty())?;
         let dir = TempDir::new("server")?;
         let port = jvm::free_port()?;
         std::fs::create_dir_all(dir.path().join("data"))?;
@@ -197,6 +264,7 @@ impl TestingServer {
         // `srvr` reports a mode only once it does.
         wait_ready(
             self.addr(),
+            &self.options.security(),
             "srvr",
             |a| mode_of(a).is_some(),
             &jvm,
@@ -248,7 +316,12 @@ impl TestingServer {
 
     /// Sends a four-letter word (`srvr`, `cons`, `stat`, ...) and returns the answer.
     pub fn four_letter(&self, word: &str) -> std::io::Result<String> {
-        four_letter(self.addr(), word, Duration::from_secs(5))
+        four_letter_over(
+            self.addr(),
+            word,
+            Duration::from_secs(5),
+            &self.options.security(),
+        )
     }
 }
 

@@ -2,6 +2,8 @@
 //! waits (never sleeps).
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

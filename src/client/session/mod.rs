@@ -44,6 +44,7 @@ use crate::session_id::SessionId;
 
 mod io;
 
+#[cfg(feature = "testing")]
 pub(crate) use io::close_session;
 
 /// Longest wait for the server to confirm a close-session on shutdown.

@@ -1,0 +1,139 @@
+//! TLS (issue 21): a server with only a TLS client port, reached by clients that check its
+//! certificate against their CA and present their own.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pki::Pki;
+use common::*;
+use zk_recipes::testing::{ServerOptions, TestingServer};
+use zk_recipes::{Client, CreateMode, Error, InterProcessMutex, TlsOptions};
+
+fn tls_server(pki: &Pki, client_auth_required: bool) -> TestingServer {
+    init_logs();
+    TestingServer::with_options(ServerOptions {
+        tls: Some(pki.server(client_auth_required)),
+        ..ServerOptions::default()
+    })
+    .expect("a TLS-only server")
+}
+
+fn tls_client(server: &TestingServer, tls: TlsOptions) -> zk_recipes::Result<Client> {
+    Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(server.tick_time())
+        .connection_timeout(Duration::from_secs(10))
+        .tls(tls)
+        .connect()
+}
+
+#[test]
+fn a_client_that_trusts_the_servers_ca_works_over_tls() {
+    let pki = Pki::new("works");
+    let server = tls_server(&pki, false);
+    let client = tls_client(&server, TlsOptions::new(pki.ca())).expect("a TLS session");
+    let path = root("tls");
+    client
+        .create(&path, b"over tls", CreateMode::Persistent)
+        .unwrap();
+    assert_eq!(client.data(&path).unwrap().0, b"over tls");
+    let mutex = InterProcessMutex::new(&client, &format!("{path}/lock")).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    guard.check().unwrap();
+    drop(guard);
+}
+
+#[test]
+fn a_server_certificate_from_another_ca_fails_connect_with_a_tls_error() {
+    let pki = Pki::new("server side");
+    let server = tls_server(&pki, false);
+    let stranger = Pki::new("stranger");
+    let e = tls_client(&server, TlsOptions::new(stranger.ca())).unwrap_err();
+    assert!(matches!(e, Error::Tls(_)), "{e:?}");
+}
+
+#[test]
+fn unreadable_tls_files_fail_connect_at_once() {
+    let e = Client::builder("127.0.0.1:1")
+        .tls(TlsOptions::new("/nonexistent/ca.pem"))
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Tls(m) if m.contains("/nonexistent/ca.pem")),
+        "{e:?}"
+    );
+}
+
+/// The server's x509 provider names a client by its certificate's subject: an ACL can give a
+/// node to one certificate alone.
+#[test]
+fn a_client_certificate_names_the_client_for_acls() {
+    let pki = Pki::new("x509");
+    let server = tls_server(&pki, true);
+    let alice = tls_client(&server, pki.client("alice")).expect("alice");
+    let who = alice.who_am_i().unwrap();
+    assert!(
+        who.iter()
+            .any(|i| i.scheme == "x509" && i.user.contains("CN=alice")),
+        "{who:?}"
+    );
+}
+
+#[test]
+fn a_node_given_to_one_certificate_is_closed_to_another() {
+    use zk_recipes::acl::{Acl, Id, Permission};
+    let pki = Pki::new("acl");
+    let server = tls_server(&pki, true);
+    let alice = tls_client(&server, pki.client("alice")).expect("alice");
+    let bob = tls_client(&server, pki.client("bob")).expect("bob");
+    let path = root("alice-only");
+    let only_alice = vec![Acl::new(Permission::ALL, Id::new("x509", "CN=alice"))];
+    alice
+        .create_with_acl(&path, b"hers", CreateMode::Persistent, &only_alice)
+        .unwrap();
+    assert_eq!(alice.data(&path).unwrap().0, b"hers");
+    let denied = bob.data(&path).unwrap_err();
+    assert!(denied.is_code(zk_recipes::ZkCode::NoAuth), "{denied:?}");
+}
+
+#[test]
+fn a_server_that_needs_a_client_certificate_refuses_a_client_without_one() {
+    let pki = Pki::new("need");
+    let server = tls_server(&pki, true);
+    let e = tls_client(&server, TlsOptions::new(pki.ca())).unwrap_err();
+    assert!(matches!(e, Error::Tls(_)), "{e:?}");
+}
+
+/// The files are read again on every connection: a certificate renewed in place is the one
+/// the next connection presents, with no restart.
+#[test]
+fn a_renewed_client_certificate_is_used_from_the_next_connection() {
+    let pki = Pki::new("rotate");
+    let server = tls_server(&pki, true);
+    let proxy = zk_recipes::testing::FaultProxy::start(server.addr()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("me.pem"), dir.path().join("me.key"));
+    pki.write_client("before", &cert, &key);
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(server.tick_time())
+        .tls(TlsOptions::new(pki.ca()).identity(&cert, &key))
+        .connect()
+        .unwrap();
+    let named = |c: &Client, cn: &str| {
+        c.who_am_i()
+            .unwrap()
+            .iter()
+            .any(|i| i.scheme == "x509" && i.user == format!("CN={cn}"))
+    };
+    assert!(named(&client, "before"));
+    pki.write_client("after", &cert, &key);
+    let id = client.session_id();
+    let sub = client.subscribe();
+    proxy.cut();
+    next_state(&sub, zk_recipes::ConnectionState::Suspended);
+    next_state(&sub, zk_recipes::ConnectionState::Reconnected);
+    assert_eq!(client.session_id(), id, "the same session");
+    assert!(named(&client, "after"), "{:?}", client.who_am_i());
+}
