@@ -27,6 +27,9 @@ pub(crate) struct Config {
     pub resume: Option<(crate::SessionId, Vec<u8>)>,
     /// Plain or TLS connections.
     pub security: super::link::Security,
+    /// SASL DIGEST-MD5 on every new connection, before any other request.
+    #[cfg(feature = "sasl")]
+    pub sasl: Option<super::sasl::SaslCredentials>,
 }
 
 impl Config {

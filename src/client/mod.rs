@@ -15,6 +15,8 @@ mod janitor;
 pub(crate) mod link;
 mod proto;
 mod request;
+#[cfg(feature = "sasl")]
+mod sasl;
 pub(crate) mod session;
 mod slot;
 mod state;

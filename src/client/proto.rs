@@ -34,6 +34,8 @@ pub(crate) mod op {
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
     pub const WHO_AM_I: i32 = 107;
+    #[cfg(feature = "sasl")]
+    pub const SASL: i32 = 102;
     pub const CLOSE_SESSION: i32 = -11;
     /// In a multi's header: the end of the list; in its answer: a failed operation.
     pub const ERROR: i32 = -1;

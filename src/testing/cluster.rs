@@ -59,7 +59,7 @@ impl TestingCluster {
 
     fn build(
         n: usize,
-        options: ServerOptions,
+        mut options: ServerOptions,
         partitionable: bool,
     ) -> Result<TestingCluster, HarnessError> {
         if n == 0 {
@@ -69,6 +69,7 @@ impl TestingCluster {
         }
         let classpath = jvm::classpath(options.classpath.as_deref(), options.needs_netty())?;
         let dir = TempDir::new("cluster")?;
+        options.prepare(dir.path())?;
         let mut ports = Vec::new();
         // Hold every listener until all ports are chosen, so no two members get the same one.
         let mut held = Vec::new();

@@ -25,7 +25,7 @@ pub use jvm::{four_letter, pid_alive, DEBIAN_CLASSPATH};
 pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
-pub use server::{ServerOptions, TestingServer};
+pub use server::{ServerOptions, ServerSasl, TestingServer};
 
 /// Why the harness could not provide a server.
 #[derive(Debug)]

@@ -38,10 +38,24 @@ pub struct ServerOptions {
     pub system_properties: Vec<(String, String)>,
     /// More `zoo.cfg` lines, `(key, value)` (for example `("localSessionsEnabled", "true")`).
     pub config: Vec<(String, String)>,
+    /// SASL: the users the server knows (DIGEST-MD5, ZooKeeper's `DigestLoginModule`) and
+    /// whether it requires every client to authenticate with SASL.
+    pub sasl: Option<ServerSasl>,
     /// TLS only: the client port is a `secureClientPort` (Netty), and there is no plaintext
     /// port (feature `tls`).
     #[cfg(feature = "tls")]
     pub tls: Option<ServerTls>,
+}
+
+/// A server's SASL: DIGEST-MD5 users in a JAAS file the harness writes
+/// (`DigestLoginModule`, `SASLAuthenticationProvider`).
+#[derive(Debug, Clone, Default)]
+pub struct ServerSasl {
+    /// Users and their passwords.
+    pub users: Vec<(String, String)>,
+    /// Every client must authenticate with SASL (`enforce.auth.enabled` with the `sasl`
+    /// scheme): a session without it is closed at its first request.
+    pub required: bool,
 }
 
 /// A server's TLS (feature `tls`): ZooKeeper's PEM key and trust stores
@@ -72,6 +86,7 @@ impl Default for ServerOptions {
             sync_limit: 20,
             system_properties: Vec::new(),
             config: Vec::new(),
+            sasl: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -95,6 +110,38 @@ impl ServerOptions {
             props.push(format!("-D{name}={value}"));
         }
         props
+    }
+
+    /// Writes what the options need beside `zoo.cfg` into `dir` (the SASL JAAS file) and
+    /// the system properties that point at it.
+    pub(crate) fn prepare(&mut self, dir: &Path) -> std::io::Result<()> {
+        let Some(sasl) = &self.sasl else {
+            return Ok(());
+        };
+        let mut jaas =
+            String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+        for (user, password) in &sasl.users {
+            let _ = write!(jaas, "\n  user_{user}=\"{password}\"");
+        }
+        jaas.push_str(";\n};\n");
+        let path = dir.join("jaas.conf");
+        std::fs::write(&path, jaas)?;
+        let mut props = vec![
+            (
+                "java.security.auth.login.config".to_owned(),
+                path.display().to_string(),
+            ),
+            (
+                "zookeeper.authProvider.sasl".to_owned(),
+                "org.apache.zookeeper.server.auth.SASLAuthenticationProvider".to_owned(),
+            ),
+        ];
+        if sasl.required {
+            props.push(("zookeeper.enforce.auth.enabled".into(), "true".into()));
+            props.push(("zookeeper.enforce.auth.schemes".into(), "sasl".into()));
+        }
+        self.system_properties.extend(props);
+        Ok(())
     }
 
     /// The TLS lines of `zoo.cfg`, if TLS is on: the client port is then the secure one.
@@ -233,9 +280,10 @@ impl TestingServer {
     }
 
     /// Starts a server with `options`.
-    pub fn with_options(options: ServerOptions) -> Result<TestingServer, HarnessError> {
+    pub fn with_options(mut options: ServerOptions) -> Result<TestingServer, HarnessError> {
         let classpath = jvm::classpath(options.classpath.as_deref(), options.needs_netty())?;
         let dir = TempDir::new("server")?;
+        options.prepare(dir.path())?;
         let port = jvm::free_port()?;
         std::fs::create_dir_all(dir.path().join("data"))?;
         let cfg = options.base_config(&dir.path().join("data"), port);
