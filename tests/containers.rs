@@ -14,7 +14,7 @@ fn reaping_server() -> TestingServer {
     init_logs();
     TestingServer::with_options(ServerOptions {
         container_check_interval: Some(Duration::from_millis(100)),
-        ..Default::default()
+        ..server_options()
     })
     .unwrap()
 }

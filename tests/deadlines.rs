@@ -189,7 +189,7 @@ fn await_leadership_returns_by_its_deadline(#[values(Fault::Refused, Fault::Sile
 #[test]
 fn a_reentrant_timed_acquire_on_a_dead_hold_returns_by_its_deadline() {
     let proxy = FaultProxy::start(server().addr()).unwrap();
-    let client = Client::builder(&proxy.connect_string())
+    let client = builder(&proxy.connect_string())
         .session_timeout(Duration::from_secs(3))
         .tick_time(Duration::from_millis(100))
         .connect()
@@ -236,7 +236,7 @@ fn closing_a_leader_returns_within_its_bound(
     #[values(Fault::Refused, Fault::Silent)] fault: Fault,
 ) {
     let proxy = FaultProxy::start(server().addr()).unwrap();
-    let client = Client::builder(&proxy.connect_string())
+    let client = builder(&proxy.connect_string())
         .session_timeout(Duration::from_secs(10))
         .tick_time(Duration::from_millis(100))
         .connect()

@@ -57,7 +57,7 @@ fn cut_connection_suspends_then_reconnects_to_the_same_session(#[case] in_flight
 #[test]
 fn server_restart_shorter_than_the_session_keeps_the_session() {
     init_logs();
-    let server = TestingServer::start().unwrap();
+    let server = TestingServer::with_options(server_options()).unwrap();
     // Long enough that a JVM restart fits with room to spare on a loaded 2-core machine.
     let session = Duration::from_secs(10);
     let client = connect(&server.connect_string(), session);

@@ -204,7 +204,7 @@ fn a_black_holed_leader_loses_leadership_and_never_leads_again_on_that_session()
 #[test]
 fn a_short_server_restart_keeps_session_leadership_and_standard_leadership_is_won_back() {
     init_logs();
-    let server = TestingServer::start().unwrap();
+    let server = TestingServer::with_options(server_options()).unwrap();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
     let events = |latch: &LeaderLatch| {
         let log: Arc<Mutex<Vec<LeadershipEvent>>> = Arc::default();

@@ -222,7 +222,7 @@ fn a_release_that_cannot_delete_now_is_finished_by_the_janitor_while_the_session
     let f = faulty();
     let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
     // Gives up on the delete at once, so only the janitor can finish it.
-    let client = Client::builder(&f.proxy.connect_string())
+    let client = builder(&f.proxy.connect_string())
         .session_timeout(Duration::from_secs(10))
         .tick_time(Duration::from_millis(100))
         .connection_timeout(Duration::from_millis(300))

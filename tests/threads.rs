@@ -56,7 +56,7 @@ fn listening_sockets() -> Vec<String> {
 #[test]
 fn a_client_runs_two_threads_listens_on_nothing_and_leaves_nothing_behind() {
     init_logs();
-    let server = TestingServer::start().unwrap();
+    let server = TestingServer::with_options(server_options()).unwrap();
     assert!(client_threads().is_empty(), "{:?}", client_threads());
 
     // A clean life: connect, work (also with deadlines and under a lock), close.

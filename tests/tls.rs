@@ -137,3 +137,15 @@ fn a_renewed_client_certificate_is_used_from_the_next_connection() {
     assert_eq!(client.session_id(), id, "the same session");
     assert!(named(&client, "after"), "{:?}", client.who_am_i());
 }
+
+/// Requests larger than what the TLS state takes at once (a megabyte of data) go out whole.
+#[test]
+fn a_large_request_goes_out_whole_over_tls() {
+    let pki = Pki::new("large");
+    let server = tls_server(&pki, false);
+    let client = tls_client(&server, TlsOptions::new(pki.ca())).expect("a TLS session");
+    let path = root("large");
+    let data = vec![42u8; 1000 * 1000];
+    client.create(&path, &data, CreateMode::Persistent).unwrap();
+    assert_eq!(client.data(&path).unwrap().0, data);
+}

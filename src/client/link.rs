@@ -226,12 +226,24 @@ impl LinkWriter {
         #[cfg(feature = "tls")]
         if let Some(shared) = &self.tls {
             let mut out = shared.out.lock();
-            let records = {
-                let mut conn = shared.conn.lock();
-                conn.writer().write_all(bytes)?;
-                pending_records(&mut conn)?
-            };
-            return out.write_all(&records);
+            // The TLS state takes a bounded amount of plaintext at a time: what it took goes
+            // out encrypted before the next piece (a request may be a megabyte).
+            let mut rest = bytes;
+            loop {
+                let (taken, records) = {
+                    let mut conn = shared.conn.lock();
+                    let taken = conn.writer().write(rest)?;
+                    (taken, pending_records(&mut conn)?)
+                };
+                if taken == 0 && records.is_empty() {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                out.write_all(&records)?;
+                rest = &rest[taken..];
+                if rest.is_empty() {
+                    return Ok(());
+                }
+            }
         }
         self.sock.write_all(bytes)
     }

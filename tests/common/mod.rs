@@ -18,12 +18,59 @@ pub fn init_logs() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
 
+/// `ZKR_TEST_SECURE=1`: the shared server and every `faulty()` server are TLS-only and
+/// require SASL, and `connect` speaks TLS and SASL, so the tests built on these helpers (the
+/// recipe suites) run over the secured transport unchanged.
+pub struct Secure {
+    pub pki: pki::Pki,
+}
+
+pub const SECURE_USER: (&str, &str) = ("recipes", "recipes' password");
+
+pub fn secure() -> Option<&'static Secure> {
+    static SECURE: OnceLock<Option<Secure>> = OnceLock::new();
+    SECURE
+        .get_or_init(|| {
+            std::env::var("ZKR_TEST_SECURE")
+                .is_ok_and(|v| v == "1")
+                .then(|| Secure {
+                    pki: pki::Pki::lasting("suite"),
+                })
+        })
+        .as_ref()
+}
+
+/// The options of the servers the helpers start: TLS-only and SASL-enforcing in secure mode.
+pub fn server_options() -> ServerOptions {
+    let mut options = ServerOptions::default();
+    if let Some(s) = secure() {
+        options.tls = Some(s.pki.server(false));
+        options.sasl = Some(zk_recipes::testing::ServerSasl {
+            users: vec![(SECURE_USER.0.into(), SECURE_USER.1.into())],
+            required: true,
+        });
+    }
+    options
+}
+
+/// A client builder for the helpers' servers: TLS and SASL in secure mode.
+pub fn builder(connect_string: &str) -> zk_recipes::ClientBuilder {
+    let b = Client::builder(connect_string);
+    match secure() {
+        Some(s) => b
+            .tls(zk_recipes::TlsOptions::new(s.pki.ca()))
+            .sasl_digest(SECURE_USER.0, SECURE_USER.1),
+        None => b,
+    }
+}
+
 /// The test binary's shared server. Never dropped: its JVM dies with the process.
 pub fn server() -> &'static TestingServer {
     static SERVER: OnceLock<TestingServer> = OnceLock::new();
     init_logs();
     SERVER.get_or_init(|| {
-        TestingServer::start().expect("start ZooKeeper (apt-get install zookeeper)")
+        TestingServer::with_options(server_options())
+            .expect("start ZooKeeper (apt-get install zookeeper)")
     })
 }
 
@@ -38,7 +85,7 @@ pub fn root(name: &str) -> String {
 }
 
 pub fn connect(connect_string: &str, session: Duration) -> Client {
-    Client::builder(connect_string)
+    builder(connect_string)
         .session_timeout(session)
         // The harness servers tick every 100 ms (see `ServerOptions`).
         .tick_time(Duration::from_millis(100))
@@ -55,7 +102,7 @@ pub struct Faulty {
 
 pub fn faulty() -> Faulty {
     init_logs();
-    let server = TestingServer::with_options(ServerOptions::default()).expect("start ZooKeeper");
+    let server = TestingServer::with_options(server_options()).expect("start ZooKeeper");
     let proxy = FaultProxy::start(server.addr()).expect("start proxy");
     Faulty { proxy, server }
 }
@@ -111,7 +158,28 @@ pub fn expire_and_renew(f: &Faulty, client: &Client) {
     let sub = client.subscribe();
     let (id, passwd) = client.testing_session_credentials().unwrap();
     f.proxy.blackhole();
-    assert!(zk_recipes::testing::expire_session(f.server.addr(), id, &passwd).unwrap());
+    assert!(expire(&f.server, id, &passwd));
     f.proxy.heal();
     while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
+}
+
+/// Ends session `id` on the server now; false if it had already expired. In secure mode, by
+/// taking the session over with this crate's own client (TLS and SASL) and closing it, as
+/// Curator's `KillSession` does; otherwise with the harness's bare close.
+pub fn expire(server: &TestingServer, id: zk_recipes::SessionId, passwd: &[u8]) -> bool {
+    if secure().is_none() {
+        return zk_recipes::testing::expire_session(server.addr(), id, passwd).unwrap();
+    }
+    let taken = builder(&server.connect_string())
+        .session(id, passwd.to_vec())
+        .tick_time(Duration::from_millis(100))
+        .connect();
+    match taken {
+        Ok(c) => {
+            c.close();
+            true
+        }
+        Err(zk_recipes::Error::SessionLost { .. }) => false,
+        Err(e) => panic!("could not take session {id} over: {e}"),
+    }
 }

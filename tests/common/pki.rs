@@ -15,9 +15,22 @@ pub struct Pki {
 }
 
 impl Pki {
-    /// A new certificate authority named `name`.
+    /// A new certificate authority named `name`, its files in a directory removed on drop.
     pub fn new(name: &str) -> Pki {
-        let dir = tempfile::tempdir().unwrap();
+        Pki::in_dir(name, tempfile::tempdir().unwrap())
+    }
+
+    /// For a process-wide authority, never dropped: its files under cargo's target
+    /// directory, not the system temp dir.
+    pub fn lasting(name: &str) -> Pki {
+        let dir = tempfile::Builder::new()
+            .prefix("pki-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        Pki::in_dir(name, dir)
+    }
+
+    fn in_dir(name: &str, dir: tempfile::TempDir) -> Pki {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
