@@ -273,3 +273,55 @@ fn after_a_loss_zk_lock_waits_for_the_kill_deadline_without_burning_a_core() {
     // 300 ticks (at 100 per second) in those 3 s alone.
     assert!(last < 60, "zk-lock used {last} CPU ticks");
 }
+
+/// Issue 21: zk-lock against a TLS-only server that requires SASL, the password from the
+/// environment (never argv); a wrong one is an error at once, not a hang.
+#[test]
+fn zk_lock_speaks_tls_and_sasl() {
+    init_logs();
+    let pki = common::pki::Pki::new("cli");
+    let server =
+        zk_recipes::testing::TestingServer::with_options(zk_recipes::testing::ServerOptions {
+            tls: Some(pki.server(false)),
+            sasl: Some(zk_recipes::testing::ServerSasl {
+                users: vec![("cron".into(), "cron's pw".into())],
+                required: true,
+            }),
+            ..zk_recipes::testing::ServerOptions::default()
+        })
+        .unwrap();
+    let path = root("cli-secure");
+    let run = |password: &str| {
+        zk_lock(&server.connect_string())
+            .args(["--tls-ca"])
+            .arg(pki.ca())
+            .args([
+                "--sasl-user",
+                "cron",
+                &path,
+                "--",
+                "sh",
+                "-c",
+                "echo $ZK_LOCK_PATH",
+            ])
+            .env("ZK_SASL_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let ok = run("cron's pw");
+    assert_eq!(code(&ok), 0, "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), path);
+    let wrong = run("not it");
+    assert_eq!(
+        code(&wrong),
+        70,
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let no_password = zk_lock(&server.connect_string())
+        .args(["--sasl-user", "cron", &path, "--", "true"])
+        .env_remove("ZK_SASL_PASSWORD")
+        .output()
+        .unwrap();
+    assert_eq!(code(&no_password), 64);
+}

@@ -397,3 +397,55 @@ fn a_client_on_a_read_only_member_moves_to_a_read_write_server_it_finds() {
         "the survivor stayed read-only: the client left by itself"
     );
 }
+
+/// Issue 21: a TLS-only, SASL-enforcing 3-member ensemble. A lock held through the loss of
+/// the leader (every member drops its clients until a new one is elected) keeps its session,
+/// TLS and SASL done again on the new connection; a contender takes the lock once it is
+/// released.
+#[test]
+fn a_tls_only_sasl_enforcing_ensemble_keeps_a_hold_through_a_member_loss() {
+    init_logs();
+    let pki = common::pki::Pki::new("ensemble");
+    let options = ServerOptions {
+        tls: Some(pki.server(false)),
+        sasl: Some(zk_recipes::testing::ServerSasl {
+            users: vec![("ops".into(), "ops pw".into())],
+            required: true,
+        }),
+        ..ServerOptions::default()
+    };
+    let cluster = TestingCluster::with_options(3, options).unwrap();
+    let leader = cluster.wait_for_leader(SOON).expect("a leader");
+    let client_on = |first: usize| {
+        let order: Vec<String> = std::iter::once(first)
+            .chain((0..3).filter(|&i| i != first))
+            .map(|i| cluster.addr(i).to_string())
+            .collect();
+        zk_recipes::Client::builder(&order.join(","))
+            .session_timeout(Duration::from_secs(10))
+            .tick_time(cluster.tick_time())
+            .tls(zk_recipes::TlsOptions::new(pki.ca()))
+            .sasl_digest("ops", "ops pw")
+            .connect()
+            .expect("a TLS and SASL session")
+    };
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let holder = client_on(follower);
+    let contender = client_on(follower);
+    let path = root("secure-ensemble");
+    let mutex = InterProcessMutex::new(&holder, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    let id = holder.session_id();
+    let sub = holder.subscribe();
+
+    cluster.kill(leader);
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    assert_eq!(holder.session_id(), id, "the same session");
+    guard.check().expect("the hold survives the leader's loss");
+
+    let theirs = InterProcessMutex::new(&contender, &path).unwrap();
+    assert!(theirs.try_acquire_for(Duration::ZERO).unwrap().is_none());
+    drop(guard);
+    assert!(theirs.try_acquire_for(SOON).unwrap().is_some());
+}

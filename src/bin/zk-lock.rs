@@ -10,7 +10,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use zk_recipes::lock::{inspect, HoldKind, InterProcessReadWriteLock, LockOptions};
 use zk_recipes::paths;
-use zk_recipes::{Client, Error};
+use zk_recipes::{Client, ClientBuilder, Error, TlsOptions};
 
 /// Exit codes of zk-lock itself (anything else is the command's own status).
 mod code {
@@ -76,6 +76,28 @@ struct Cli {
     /// Holder id stored in the lock node (default host:pid:thread).
     #[arg(long)]
     id: Option<String>,
+    /// TLS: the PEM file of the certificate authorities that sign the servers' certificates
+    /// (TLS is on when this is given).
+    #[arg(long, env = "ZK_TLS_CA", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// TLS: this client's certificate chain (PEM), for servers that want one.
+    #[arg(long, env = "ZK_TLS_CERT", global = true, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS: the private key (PEM) of --tls-cert.
+    #[arg(long, env = "ZK_TLS_KEY", global = true, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// SASL DIGEST-MD5 user. The password comes from --sasl-password-file or the
+    /// ZK_SASL_PASSWORD environment variable, never from the command line.
+    #[arg(long, env = "ZK_SASL_USER", global = true)]
+    sasl_user: Option<String>,
+    /// File whose first line is the SASL password.
+    #[arg(
+        long,
+        env = "ZK_SASL_PASSWORD_FILE",
+        global = true,
+        requires = "sasl_user"
+    )]
+    sasl_password_file: Option<std::path::PathBuf>,
     /// Grace period between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_parser = duration, default_value = "5s")]
     kill_after: Duration,
@@ -125,6 +147,7 @@ fn error_code(e: &Error) -> u8 {
     match e {
         Error::InvalidPath { .. } | Error::BadArguments(_) => code::USAGE,
         Error::Timeout { .. } | Error::ConnectionLoss => code::UNAVAILABLE,
+        Error::Tls(_) => code::UNAVAILABLE,
         _ => code::ZOOKEEPER,
     }
 }
@@ -152,12 +175,17 @@ fn main() -> ExitCode {
             "no ZooKeeper given: use --connect HOSTS or set ZK_CONNECT",
         );
     };
-    let client = match Client::builder(&connect)
-        .session_timeout(cli.session_timeout)
-        .tick_time(cli.tick_time)
-        .connection_timeout(Duration::from_secs(10))
-        .connect()
-    {
+    let builder = match secured(
+        Client::builder(&connect)
+            .session_timeout(cli.session_timeout)
+            .tick_time(cli.tick_time)
+            .connection_timeout(Duration::from_secs(10)),
+        &cli,
+    ) {
+        Ok(b) => b,
+        Err(why) => return fail(code::USAGE, why),
+    };
+    let client = match builder.connect() {
         Ok(c) => c,
         Err(e) => return fail(error_code(&e), e),
     };
@@ -167,6 +195,38 @@ fn main() -> ExitCode {
     };
     client.close();
     status
+}
+
+/// TLS and SASL as the flags say. The SASL password is read from its file or the environment
+/// only, so it never shows in a process list.
+fn secured(builder: ClientBuilder, cli: &Cli) -> Result<ClientBuilder, String> {
+    let mut builder = builder;
+    match (&cli.tls_ca, &cli.tls_cert, &cli.tls_key) {
+        (Some(ca), cert, key) => {
+            let mut tls = TlsOptions::new(ca);
+            if let (Some(cert), Some(key)) = (cert, key) {
+                tls = tls.identity(cert, key);
+            }
+            builder = builder.tls(tls);
+        }
+        (None, None, None) => {}
+        (None, _, _) => return Err("--tls-cert and --tls-key need --tls-ca".into()),
+    }
+    if let Some(user) = &cli.sasl_user {
+        let password = match &cli.sasl_password_file {
+            Some(file) => std::fs::read_to_string(file)
+                .map_err(|e| format!("the SASL password file {}: {e}", file.display()))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            None => std::env::var("ZK_SASL_PASSWORD").map_err(|_| {
+                "--sasl-user needs a password: --sasl-password-file or ZK_SASL_PASSWORD".to_string()
+            })?,
+        };
+        builder = builder.sasl_digest(user, &password);
+    }
+    Ok(builder)
 }
 
 fn list(client: &Client, path: &str) -> ExitCode {
