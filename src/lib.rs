@@ -43,7 +43,8 @@ pub mod testing;
 pub use client::TlsOptions;
 pub use client::{
     AddWatchMode, Client, ClientBuilder, ClientInfo, ClientMetrics, ConnectionState, CreateMode,
-    Op, OpResult, SessionId, Stat, StateEvent, Subscription, WatchEvent, WatchKind,
+    EnsembleConfig, EnsembleMember, Op, OpResult, SessionId, Stat, StateEvent, Subscription,
+    WatchEvent, WatchKind,
 };
 pub use error::{Error, Result, ZkCode};
 pub use leader::{

@@ -449,3 +449,46 @@ fn a_tls_only_sasl_enforcing_ensemble_keeps_a_hold_through_a_member_loss() {
     drop(guard);
     assert!(theirs.try_acquire_for(SOON).unwrap().is_some());
 }
+
+/// Issue 21: the ensemble's published configuration, and a new server list that leaves out
+/// the client's server: the client moves to one of the new servers on the same session, and
+/// a hold taken before the move stays valid.
+#[test]
+fn a_client_moves_to_a_new_server_list_without_losing_its_session() {
+    init_logs();
+    let cluster = TestingCluster::start(3).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let (config, _) = connect(&cluster.connect_string(), Duration::from_secs(10))
+        .ensemble_config()
+        .unwrap();
+    assert_eq!(config.servers.len(), 3, "{config:?}");
+
+    // The client knows only member 0, through a proxy that shows where it connects.
+    let proxy = zk_recipes::testing::FaultProxy::start(cluster.addr(0)).unwrap();
+    let client = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let id = client.session_id();
+    let path = root("moving");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    let sub = client.subscribe();
+
+    let others = format!("{},{}", cluster.addr(1), cluster.addr(2));
+    assert!(
+        client.update_hosts(&others).unwrap(),
+        "its server left: it must move"
+    );
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    assert_eq!(client.session_id(), id, "the same session");
+    // Nothing goes through the old server any more: cutting it off costs nothing.
+    proxy.refuse();
+    client.sync(&path).unwrap();
+    assert!(
+        sub.try_recv().is_none(),
+        "the client was still on the old server"
+    );
+    guard.check().expect("the hold survives the move");
+    assert!(client
+        .update_hosts("127.0.0.1:1/elsewhere")
+        .is_err_and(|e| matches!(e, zk_recipes::Error::BadArguments(_))));
+}

@@ -207,6 +207,14 @@ impl Outbox {
         drop(failed);
     }
 
+    /// Ends the open connection now (the reader sees it end and reconnects), whatever a
+    /// writer is doing on it.
+    pub fn drop_connection(&self) {
+        if let Some(s) = self.kill.lock().as_ref() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
     /// Shuts the outbox for good: the connection is cut and every send fails with `why`.
     pub fn shut(&self, why: Error) {
         if let Some(s) = self.kill.lock().as_ref() {

@@ -10,6 +10,7 @@ mod builder;
 mod config;
 mod conn;
 pub(crate) mod dial;
+mod ensemble;
 mod events;
 mod janitor;
 pub(crate) mod link;
@@ -30,6 +31,7 @@ mod watches;
 pub(crate) use self::api::Prefetch;
 pub use self::api::{Client, ClientMetrics, MAX_DATA_LEN};
 pub use self::builder::ClientBuilder;
+pub use self::ensemble::{EnsembleConfig, EnsembleMember, CONFIG_NODE};
 pub use self::state::{ConnectionState, StateEvent, Subscription};
 #[cfg(feature = "tls")]
 pub use self::tls::TlsOptions;

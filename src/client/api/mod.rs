@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::paths;
 use crate::session_id::SessionId;
 
+mod ensemble;
 mod locks;
 mod nodes;
 mod reads;

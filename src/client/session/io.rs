@@ -170,6 +170,12 @@ impl Core {
         let mut pinned = None;
         while !self.is_closed() {
             self.check_silence();
+            // A new server list (`update_hosts`), in the order to try it.
+            if let Some(order) = self.hosts.lock().update.take() {
+                hosts = order;
+                next = 0;
+                pinned = None;
+            }
             let (host, addr) = match pinned.take() {
                 Some((host, addr)) => (host, Some(addr)),
                 None => {
@@ -183,6 +189,7 @@ impl Core {
             match self.handshake(&host, addr, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
+                    self.hosts.lock().current = Some(host.clone());
                     let served = self.serve(conn, hosts.clone());
                     // The next attempt goes to the server found serving read-write.
                     pinned = served.read_write;

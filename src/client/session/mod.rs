@@ -47,6 +47,16 @@ mod io;
 #[cfg(feature = "testing")]
 pub(crate) use io::close_session;
 
+/// The server list as `update_hosts` leaves it for the I/O thread.
+struct Hosts {
+    /// The list in force.
+    list: Vec<HostPort>,
+    /// The server of the latest connection.
+    current: Option<HostPort>,
+    /// A new order for the I/O thread to take up before its next connection.
+    update: Option<Vec<HostPort>>,
+}
+
 /// Longest wait for the server to confirm a close-session on shutdown.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
 /// The live (or suspended) session.
@@ -131,6 +141,8 @@ pub(crate) struct Core {
     /// Why the latest connection attempt failed in its TLS setup, until one succeeds: what
     /// `connect()` reports instead of a bare timeout.
     pub tls_failure: Mutex<Option<String>>,
+    /// The servers to connect to, and the one connected to (see `update_hosts`).
+    hosts: Mutex<Hosts>,
     /// A session the client declared lost while the server may still keep it: closed on the
     /// next connection, so that its ephemeral nodes go now rather than at its expiry.
     to_close: Mutex<Option<Session>>,
@@ -162,6 +174,7 @@ impl Core {
             timeout: config.session_timeout,
             passwd: passwd.clone(),
         });
+        let config_hosts = config.connect.hosts.clone();
         let (jobs, jobs_rx) = unbounded();
         let (hold_tx, hold_rx) = unbounded();
         let (stop, stopped) = unbounded();
@@ -192,6 +205,11 @@ impl Core {
             stopped,
             connecting: Mutex::new(None),
             tls_failure: Mutex::new(None),
+            hosts: Mutex::new(Hosts {
+                list: config_hosts.clone(),
+                current: None,
+                update: None,
+            }),
             to_close: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
@@ -390,6 +408,37 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Replaces the server list (ZooKeeper's `updateServerList`): the I/O thread takes the new
+    /// list before its next connection; if the move rule says this client is to move
+    /// (`ensemble::plan_move`), the current connection ends now and the session is resumed on
+    /// a server of the new list. True if it moves.
+    pub fn update_hosts(&self, new: Vec<HostPort>) -> bool {
+        use super::ensemble::{plan_move, Move};
+        let moving = {
+            let mut hosts = self.hosts.lock();
+            let plan = plan_move(&hosts.list, &new, hosts.current.as_ref(), fastrand::f32());
+            let mut rest = new.clone();
+            fastrand::shuffle(&mut rest);
+            let (order, moving) = match plan {
+                Move::Stay => (rest, false),
+                Move::To(mut pool) => {
+                    fastrand::shuffle(&mut pool);
+                    rest.retain(|h| !pool.contains(h));
+                    pool.extend(rest);
+                    (pool, true)
+                }
+            };
+            hosts.list = new;
+            hosts.update = Some(order);
+            moving
+        };
+        if moving {
+            info!("the server list changed: moving to a server of the new list");
+            self.outbox.drop_connection();
+        }
+        moving
     }
 
     /// A token for something held under `session`; `None` if that is no longer the client's

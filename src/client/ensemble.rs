@@ -1,0 +1,226 @@
+//! A changing ensemble: the configuration the servers publish at `/zookeeper/config`
+//! ([`EnsembleConfig`]), and the rule by which a client given a new server list moves to a
+//! fair share of the new servers without dropping its session (ZooKeeper's
+//! `StaticHostProvider.updateServerList`).
+
+use crate::connect_string::HostPort;
+
+/// The servers' own node with the ensemble's dynamic configuration (ZooKeeper ≥ 3.5). It lies
+/// outside any chroot or namespace.
+pub const CONFIG_NODE: &str = "/zookeeper/config";
+
+/// The ensemble's dynamic configuration, as published at [`CONFIG_NODE`]
+/// (see [`Client::ensemble_config`](crate::Client::ensemble_config)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EnsembleConfig {
+    /// The configuration's version (a zxid, hexadecimal in the node): it grows with every
+    /// reconfiguration.
+    pub version: u64,
+    /// The members, by server id.
+    pub servers: Vec<EnsembleMember>,
+}
+
+/// One member of the ensemble, from a `server.N=...` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EnsembleMember {
+    /// The server id (`N`).
+    pub id: u64,
+    /// `participant` (votes) or `observer`.
+    pub role: String,
+    /// Where clients reach it (`;host:port` or `;port` in the line), if it serves clients.
+    pub client: Option<HostPort>,
+}
+
+impl EnsembleConfig {
+    /// Parses the node's text: `server.N=host:quorum:election[:role][;[client_host:]port]`
+    /// lines and a `version=` line; anything else is ignored. A member whose client address
+    /// is `0.0.0.0` (any) is reached at its quorum host.
+    pub fn parse(text: &str) -> Option<EnsembleConfig> {
+        let mut version = None;
+        let mut servers = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(v) = line.strip_prefix("version=") {
+                version = u64::from_str_radix(v.trim(), 16).ok();
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let Some(id) = key.strip_prefix("server.").and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let (quorum, client) = match value.split_once(';') {
+                Some((q, c)) => (q, Some(c)),
+                None => (value, None),
+            };
+            let parts: Vec<&str> = split_host(quorum);
+            let quorum_host = parts.first().copied().unwrap_or_default();
+            let role = parts.get(3).copied().unwrap_or("participant").to_owned();
+            let client = client.and_then(|c| {
+                let (host, port) = match c.rsplit_once(':') {
+                    Some((h, p)) => (h.trim_matches(['[', ']']), p),
+                    None => (quorum_host, c),
+                };
+                let host = if host.is_empty() || host == "0.0.0.0" || host == "::" {
+                    quorum_host
+                } else {
+                    host
+                };
+                Some(HostPort {
+                    host: host.to_owned(),
+                    port: port.trim().parse().ok()?,
+                })
+            });
+            servers.push(EnsembleMember { id, role, client });
+        }
+        Some(EnsembleConfig {
+            version: version?,
+            servers,
+        })
+    }
+
+    /// The members' client addresses, in server-id order.
+    pub fn client_hosts(&self) -> Vec<HostPort> {
+        let mut members: Vec<&EnsembleMember> = self.servers.iter().collect();
+        members.sort_by_key(|m| m.id);
+        members.iter().filter_map(|m| m.client.clone()).collect()
+    }
+}
+
+/// `host:port:port[:role]`, with an IPv6 host in brackets kept whole.
+fn split_host(s: &str) -> Vec<&str> {
+    if let Some(rest) = s.strip_prefix('[') {
+        if let Some((host, tail)) = rest.split_once(']') {
+            let mut parts = vec![host];
+            parts.extend(tail.trim_start_matches(':').split(':'));
+            return parts;
+        }
+    }
+    s.split(':').collect()
+}
+
+/// What a client does when its server list changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// Keep the current connection.
+    Stay,
+    /// Reconnect (same session) to one of these servers first, then to any.
+    To(Vec<HostPort>),
+}
+
+/// ZooKeeper's rule (`StaticHostProvider.updateServerList`) for a client on `current` whose
+/// list goes from `old` to `new`, so that clients spread evenly over the new ensemble while as
+/// few as possible move: when the list grows, a client whose server stays moves with
+/// probability 1 − |old| / |new|, to a server that was not in the old list; when it stays the
+/// same or shrinks, such a client stays. A client whose server left always moves: to a server
+/// of both lists with the probability that evens the load, to a new one otherwise. `roll` is
+/// a uniform draw from [0, 1).
+pub(crate) fn plan_move(
+    old: &[HostPort],
+    new: &[HostPort],
+    current: Option<&HostPort>,
+    roll: f32,
+) -> Move {
+    let kept: Vec<HostPort> = new.iter().filter(|h| old.contains(h)).cloned().collect();
+    let added: Vec<HostPort> = new.iter().filter(|h| !old.contains(h)).cloned().collect();
+    let mine_stays = current.is_some_and(|c| new.contains(c));
+    let (m, n, kept_n) = (old.len() as f32, new.len() as f32, kept.len() as f32);
+    if new.len() > old.len() {
+        if !mine_stays || roll <= 1.0 - m / n {
+            return Move::To(if added.is_empty() {
+                new.to_vec()
+            } else {
+                added
+            });
+        }
+        return Move::Stay;
+    }
+    if mine_stays {
+        return Move::Stay;
+    }
+    // To a kept server with the probability that leaves every new server its fair share.
+    let p_old = if m > kept_n {
+        (kept_n * (m - n)) / (n * (m - kept_n))
+    } else {
+        1.0
+    };
+    let pool = if roll < p_old { kept } else { added };
+    Move::To(if pool.is_empty() { new.to_vec() } else { pool })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(ports: &[u16]) -> Vec<HostPort> {
+        ports
+            .iter()
+            .map(|&port| HostPort {
+                host: "10.0.0.1".into(),
+                port,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_config_node_parses_with_roles_and_client_addresses() {
+        let text = "server.1=10.0.0.1:2888:3888:participant;0.0.0.0:2181\n\
+                    server.2=10.0.0.2:2888:3888:observer;10.0.0.9:2182\n\
+                    server.3=[::1]:2888:3888;2183\n\
+                    server.4=10.0.0.4:2888:3888\n\
+                    version=10000000a";
+        let c = EnsembleConfig::parse(text).unwrap();
+        assert_eq!(c.version, 0x10000000a);
+        assert_eq!(c.servers.len(), 4);
+        assert_eq!(c.servers[1].role, "observer");
+        let clients: Vec<String> = c.client_hosts().iter().map(|h| h.to_string()).collect();
+        assert_eq!(clients, ["10.0.0.1:2181", "10.0.0.9:2182", "[::1]:2183"]);
+        assert!(
+            EnsembleConfig::parse("server.1=a:1:2;3").is_none(),
+            "no version"
+        );
+    }
+
+    /// Over many clients, the share that moves is what evens the load: growing from 3 to 5
+    /// servers, 2/5 of the clients of the staying servers move, all to the 2 new ones.
+    #[test]
+    fn a_growing_list_moves_a_fair_share_to_the_new_servers() {
+        let (old, new) = (hosts(&[1, 2, 3]), hosts(&[1, 2, 3, 4, 5]));
+        let mut moved = 0;
+        let trials = 10_000;
+        for i in 0..trials {
+            let current = &old[i % 3];
+            let roll = (i as f32 + 0.5) / trials as f32;
+            match plan_move(&old, &new, Some(current), roll) {
+                Move::Stay => {}
+                Move::To(pool) => {
+                    assert_eq!(pool, hosts(&[4, 5]));
+                    moved += 1;
+                }
+            }
+        }
+        let share = moved as f32 / trials as f32;
+        assert!((share - 0.4).abs() < 0.01, "{share}");
+    }
+
+    #[test]
+    fn a_shrinking_list_moves_only_the_clients_of_servers_that_left() {
+        let (old, new) = (hosts(&[1, 2, 3, 4, 5]), hosts(&[1, 2, 3]));
+        assert_eq!(plan_move(&old, &new, Some(&old[0]), 0.0), Move::Stay);
+        match plan_move(&old, &new, Some(&old[4]), 0.5) {
+            Move::To(pool) => assert!(pool.iter().all(|h| new.contains(h))),
+            Move::Stay => panic!("a client of a server that left must move"),
+        }
+    }
+
+    #[test]
+    fn a_client_whose_server_left_for_new_ones_moves_to_them() {
+        let (old, new) = (hosts(&[1, 2, 3]), hosts(&[4, 5, 6]));
+        assert_eq!(
+            plan_move(&old, &new, Some(&old[0]), 0.9),
+            Move::To(new.clone())
+        );
+    }
+}
