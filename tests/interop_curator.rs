@@ -70,6 +70,51 @@ fn driver() -> Option<&'static PathBuf> {
     }
 }
 
+/// In secure mode (`ZKR_TEST_SECURE=1`), how the Java client reaches the TLS-only,
+/// SASL-requiring server: Netty with TLS (PEM trust store, as `ZKClientConfig` reads it from
+/// system properties) and a JAAS `Client` section with the suite's SASL user; and the Netty
+/// jars it needs on its classpath.
+fn java_security() -> (Vec<String>, String) {
+    let Some(secure) = secure() else {
+        return (Vec::new(), String::new());
+    };
+    let jaas = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("interop-jaas-{}.conf", std::process::id()));
+    let (user, password) = SECURE_USER;
+    std::fs::write(
+        &jaas,
+        format!(
+            "Client {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  \
+             username=\"{user}\"\n  password=\"{password}\";\n}};\n"
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        "-Dzookeeper.client.secure=true".to_string(),
+        "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty".into(),
+        format!(
+            "-Dzookeeper.ssl.trustStore.location={}",
+            secure.pki.ca().display()
+        ),
+        "-Dzookeeper.ssl.trustStore.type=PEM".into(),
+        format!("-Djava.security.auth.login.config={}", jaas.display()),
+    ];
+    let netty: String = [
+        "netty-buffer",
+        "netty-codec",
+        "netty-common",
+        "netty-handler",
+        "netty-resolver",
+        "netty-transport",
+        "netty-transport-native-epoll",
+        "netty-transport-native-unix-common",
+    ]
+    .iter()
+    .map(|m| format!(":/usr/share/java/{m}.jar"))
+    .collect();
+    (args, netty)
+}
+
 /// One Java process holding a Curator lock.
 struct Java {
     child: Child,
@@ -88,8 +133,10 @@ impl Java {
         rounds: u32,
         hold_ms: i64,
     ) -> Java {
-        let cp = format!("{}:{JARS}", dir.display());
+        let (security, netty) = java_security();
+        let cp = format!("{}:{JARS}{netty}", dir.display());
         let mut child = Command::new("java")
+            .args(security)
             .args(["-cp", &cp, "CuratorLockDriver", connect, path, kind])
             .args([rounds.to_string(), hold_ms.to_string()])
             .stdin(Stdio::piped())
