@@ -31,7 +31,13 @@ use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 
 mod checker;
 mod nemesis;
+#[allow(dead_code)]
+#[path = "../common/pki.rs"]
+mod pki;
 mod worker;
+
+/// The SASL user of a `--secure` run.
+const SASL_USER: (&str, &str) = ("jepsen", "jepsen's password");
 
 use checker::{check, read};
 use nemesis::{nemesis, Faults};
@@ -103,8 +109,10 @@ fn main() {
     let seconds = value("--seconds", "ZKR_JEPSEN_SECS").unwrap_or(CI_SECONDS);
     let seed = value("--seed", "ZKR_JEPSEN_SEED")
         .unwrap_or_else(|| mono() ^ u64::from(std::process::id()));
+    let secure = args.iter().any(|a| a == "--secure")
+        || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
     let _ = env_logger::builder().is_test(true).try_init();
-    run(seconds, seed);
+    run(seconds, seed, secure);
 }
 
 struct Worker {
@@ -138,8 +146,11 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn run(seconds: u64, seed: u64) {
-    println!("jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed})");
+fn run(seconds: u64, seed: u64, secure: bool) {
+    println!(
+        "jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed}){}",
+        if secure { ", over TLS and SASL" } else { "" }
+    );
     let mut dir = tempfile::Builder::new()
         .prefix("zkr-jepsen-")
         .tempdir()
@@ -152,10 +163,22 @@ fn run(seconds: u64, seed: u64) {
     // syncLimit 40 ticks (4 s): a follower keeps serving its clients through a leader's pause
     // of up to 4 s, longer than the sessions (2 s), so a paused leader resumes with sessions
     // to expire and requests waiting in its sockets.
-    let options = ServerOptions {
+    // With --secure: TLS-only members that require SASL; the workers speak both (the fault
+    // proxies pass the bytes through untouched).
+    let pki = secure.then(|| pki::Pki::new("jepsen"));
+    let mut security = Vec::new();
+    let mut options = ServerOptions {
         sync_limit: 40,
         ..ServerOptions::default()
     };
+    if let Some(pki) = &pki {
+        options.tls = Some(pki.server(false));
+        options.sasl = Some(zk_recipes::testing::ServerSasl {
+            users: vec![(SASL_USER.0.into(), SASL_USER.1.into())],
+            required: true,
+        });
+        security.push(("ZKR_JEPSEN_CA", pki.ca().display().to_string()));
+    }
     let cluster = TestingCluster::partitionable(3, options).expect("ensemble");
     cluster
         .wait_for_leader(Duration::from_secs(30))
@@ -165,7 +188,15 @@ fn run(seconds: u64, seed: u64) {
     // says the hold expired meanwhile (what a holder that trusts its guard blindly does),
     // with their holders paused past the session. The checker must see them overlap.
     {
-        let mut liars = spawn(&cluster, dir.path(), &["mutex"], "liar", seed, true);
+        let mut liars = spawn(
+            &cluster,
+            dir.path(),
+            &["mutex"],
+            "liar",
+            seed,
+            true,
+            &security,
+        );
         let mut rng = fastrand::Rng::with_seed(seed);
         let started = mono();
         wait_until(Duration::from_secs(60), || held_since(&liars, started))
@@ -190,7 +221,15 @@ fn run(seconds: u64, seed: u64) {
         );
     }
 
-    let mut workers = spawn(&cluster, dir.path(), &RECIPES, "jepsen", seed, false);
+    let mut workers = spawn(
+        &cluster,
+        dir.path(),
+        &RECIPES,
+        "jepsen",
+        seed,
+        false,
+        &security,
+    );
     let started = mono();
     wait_until(Duration::from_secs(60), || held_since(&workers, started))
         .expect("every recipe held once before the faults");
@@ -269,6 +308,7 @@ fn spawn(
     tag: &str,
     seed: u64,
     liar: bool,
+    security: &[(&str, String)],
 ) -> Workers {
     let exe = std::env::current_exe().expect("own path");
     let mut workers = Workers(Vec::new());
@@ -306,6 +346,7 @@ fn spawn(
             if liar {
                 command.env("ZKR_JEPSEN_LIAR", "1");
             }
+            command.envs(security.iter().map(|(k, v)| (k, v)));
             workers.0.push(Worker {
                 recipe,
                 child: command.spawn().expect("worker"),

@@ -49,12 +49,17 @@ pub fn worker() -> ! {
         var("ZKR_JEPSEN_WORKER"),
     );
     let client = loop {
-        match Client::builder(&var("ZKR_JEPSEN_CONNECT"))
+        let mut builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
             .session_timeout(SESSION)
             .tick_time(TICK)
-            .connection_timeout(Duration::from_secs(30))
-            .connect()
-        {
+            .connection_timeout(Duration::from_secs(30));
+        if let Ok(ca) = std::env::var("ZKR_JEPSEN_CA") {
+            let (user, password) = super::SASL_USER;
+            builder = builder
+                .tls(zk_recipes::TlsOptions::new(ca))
+                .sasl_digest(user, password);
+        }
+        match builder.connect() {
             Ok(c) => break c,
             Err(e) => log::warn!("worker {id}: connect: {e}"),
         }
