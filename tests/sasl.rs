@@ -118,3 +118,22 @@ fn sasl_over_tls() {
     let mutex = zk_recipes::InterProcessMutex::new(&bob, &format!("{path}/lock")).unwrap();
     assert!(mutex.try_acquire_for(SOON).unwrap().is_some());
 }
+
+/// The review of issue 21: against a server without SASL, the exchange cannot authenticate
+/// (the server answers with no challenge); that was taken for a network fault and retried
+/// for ever, a new session each time. Now the client stops with `AuthFailed`, and closes the
+/// session it made.
+#[test]
+fn sasl_against_a_server_without_it_stops_with_auth_failed() {
+    init_logs();
+    let server = TestingServer::start().unwrap();
+    let e = sasl_client(&server.connect_string(), "bob", "pw").unwrap_err();
+    assert!(e.is_code(ZkCode::AuthFailed), "{e:?}");
+    let sessions = server.four_letter("mntr").unwrap();
+    let global: u64 = sessions
+        .lines()
+        .find_map(|l| l.strip_prefix("zk_global_sessions"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("mntr gives zk_global_sessions");
+    assert!(global <= 1, "{global} sessions left behind");
+}

@@ -124,6 +124,11 @@ struct Answers {
 /// the refusal itself (the close that follows it at once: see `forget_refusals`).
 type Refused = std::collections::HashMap<SocketAddr, Vec<i32>>;
 
+/// How long the reader waits for the writers' lock before it leaves a keep-alive for later:
+/// long enough to get its turn among busy writers (the lock is eventually fair), short
+/// enough that a stuck write does not hold up the answers.
+const TRY_FOR: Duration = Duration::from_millis(2);
+
 /// The wire code of `Unimplemented`.
 const UNIMPLEMENTED: i32 = -6;
 
@@ -252,7 +257,7 @@ impl Outbox {
     /// holds the connection, so the reader never waits behind a write (which may itself wait
     /// for the reader to drain the server's answers).
     pub fn try_send(&self, frames: Vec<Outgoing>) -> Result<Option<Vec<Ticket>>> {
-        let Some(mut w) = self.wire.try_lock() else {
+        let Some(mut w) = self.wire.try_lock_for(TRY_FOR) else {
             return Ok(None);
         };
         if let Some(e) = &w.shut {
@@ -351,7 +356,7 @@ impl Outbox {
     /// Writes a frame that expects no queued answer (a ping) on connection `epoch`, unless a
     /// writer holds the connection (`Ok(false)`): the reader thread never waits behind one.
     pub fn try_send_reserved(&self, epoch: u64, frame: &[u8]) -> io::Result<bool> {
-        let Some(mut w) = self.wire.try_lock() else {
+        let Some(mut w) = self.wire.try_lock_for(TRY_FOR) else {
             return Ok(false);
         };
         if w.epoch != epoch {
@@ -361,19 +366,28 @@ impl Outbox {
             .stream
             .as_mut()
             .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
-        s.write_all(frame)?;
+        if let Err(e) = s.write_all(frame) {
+            s.shutdown();
+            return Err(e);
+        }
         self.sent_now();
         Ok(true)
     }
 
-    /// Writes a frame with a reserved xid on whatever connection is open now.
-    pub fn send_reserved_now(&self, frame: &[u8]) -> io::Result<()> {
+    /// Writes a frame with a reserved xid on whatever connection is open now; `before` runs
+    /// under the writers' lock just before the write (so what it registers is in wire order).
+    /// A write that fails ends the connection: a torn frame must not be followed by others.
+    pub fn send_reserved_now(&self, frame: &[u8], before: impl FnOnce()) -> io::Result<()> {
         let mut w = self.wire.lock();
         let s = w
             .stream
             .as_mut()
             .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
-        s.write_all(frame)?;
+        before();
+        if let Err(e) = s.write_all(frame) {
+            s.shutdown();
+            return Err(e);
+        }
         self.sent_now();
         Ok(())
     }

@@ -61,16 +61,22 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-/// Dials `target` and, for TLS, completes the TLS handshake, all by `until`.
+/// Dials `target` and, for TLS, completes the TLS handshake, all by `until`. `dialed` sees
+/// the socket as soon as it is connected (so that a shutdown can end a handshake that
+/// stalls); false from it gives up.
 pub(crate) fn open(
     target: &Target<'_>,
     security: &Security,
     until: Instant,
+    dialed: impl FnOnce(&TcpStream) -> bool,
 ) -> Result<(LinkReader, LinkWriter), OpenError> {
     let sock = match target.addr {
         Some(addr) => dial_addrs(&[addr], until)?,
         None => dial(target.host, target.port, until)?,
     };
+    if !dialed(&sock) {
+        return Err(io::Error::other("the client is closing").into());
+    }
     match security {
         Security::Plain => {
             let writer = sock.try_clone()?;
@@ -126,7 +132,28 @@ struct Shared {
 
 #[cfg(feature = "tls")]
 fn tls_error(e: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
+    io::Error::new(io::ErrorKind::InvalidData, TlsFailure(e.to_string()))
+}
+
+/// A TLS failure met while reading: the server's alert (a client certificate refused after a
+/// TLS 1.3 handshake, say) or records that do not verify. Not a network fault: retrying does
+/// not help.
+#[derive(Debug)]
+pub(crate) struct TlsFailure(pub String);
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TLS: {}", self.0)
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+/// The TLS failure inside `e`, if it is one.
+pub(crate) fn tls_failure(e: &io::Error) -> Option<String> {
+    e.get_ref()?
+        .downcast_ref::<TlsFailure>()
+        .map(|f| f.0.clone())
 }
 
 /// Everything the TLS state has to send (records, alerts), encrypted.
@@ -176,6 +203,9 @@ impl Read for LinkReader {
 #[cfg(feature = "tls")]
 impl TlsIn {
     fn read(&mut self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+        // Records that carry no plaintext (tickets, key updates) are taken in a loop, but not
+        // for ever: after this many, the caller gets a turn to look at its deadlines.
+        let mut empty_rounds = 0;
         loop {
             {
                 let mut conn = self.shared.conn.lock();
@@ -199,6 +229,10 @@ impl TlsIn {
                         }
                     }
                     processed.map_err(tls_error)?;
+                    empty_rounds += 1;
+                    if empty_rounds >= 64 {
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
                     continue;
                 }
             }
@@ -278,7 +312,7 @@ pub(crate) fn serves_read_write(
         port: addr.port(),
         addr: Some(addr),
     };
-    let (mut r, mut w) = open(&target, security, until)?;
+    let (mut r, mut w) = open(&target, security, until, |_| true)?;
     bound(w.socket(), until)?;
     w.write_all(b"isro")?;
     let mut answer = [0u8; 2];

@@ -259,8 +259,8 @@ pub(crate) fn four_letter_over(
         port: addr.port(),
         addr: Some(addr),
     };
-    let (mut r, mut w) =
-        link::open(&target, security, until).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let (mut r, mut w) = link::open(&target, security, until, |_| true)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     crate::client::dial::bound(w.socket(), until)?;
     r.set_read_timeout(Some(timeout))?;
     w.write_all(word.as_bytes())?;

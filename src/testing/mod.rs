@@ -92,7 +92,7 @@ fn expire_over(
             port: server.port(),
             addr: Some(server),
         };
-        let attempt = crate::client::link::open(&target, &security, until)
+        let attempt = crate::client::link::open(&target, &security, until, |_| true)
             .map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|(mut r, mut w)| {
                 crate::client::session::close_session(&mut r, &mut w, id, passwd, until)

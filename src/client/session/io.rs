@@ -119,7 +119,10 @@ enum Dial {
 
 impl From<std::io::Error> for Dial {
     fn from(e: std::io::Error) -> Dial {
-        Dial::Failed(e.to_string())
+        match link::tls_failure(&e) {
+            Some(why) => Dial::Tls(why),
+            None => Dial::Failed(e.to_string()),
+        }
     }
 }
 
@@ -311,24 +314,21 @@ impl Core {
             addr,
         };
         if let Some(old) = self.to_close.lock().take() {
-            let closed = link::open(&target, &self.config.security, until)
-                .map_err(|e| e.to_string())
-                .and_then(|(mut r, mut w)| {
-                    if !self.track_connecting(w.socket()) {
-                        return Err("the client is closing".into());
-                    }
-                    close_session(&mut r, &mut w, old.id, &old.passwd, until)
-                        .map_err(|e| e.to_string())
-                });
+            let closed = link::open(&target, &self.config.security, until, |s| {
+                self.track_connecting(s)
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|(mut r, mut w)| {
+                close_session(&mut r, &mut w, old.id, &old.passwd, until).map_err(|e| e.to_string())
+            });
             match closed {
                 Ok(closed) => debug!("closed lost session {} on the server: {closed}", old.id),
                 Err(e) => debug!("could not close lost session {}: {e}", old.id),
             }
         }
-        let (mut stream, mut writer) = link::open(&target, &self.config.security, until)?;
-        if !self.track_connecting(writer.socket()) {
-            return Err(Dial::Failed("closing".into()));
-        }
+        let (mut stream, mut writer) = link::open(&target, &self.config.security, until, |s| {
+            self.track_connecting(s)
+        })?;
         bound(writer.socket(), until)?;
         let sent_at = Instant::now();
         let request = ConnectRequest {
@@ -388,7 +388,15 @@ impl Core {
         // to the enforcement rules, and answers each SASL step before the next.
         #[cfg(feature = "sasl")]
         if let Some(credentials) = &self.config.sasl {
-            sasl_exchange(credentials, &mut stream, &mut writer, &mut reader, until)?;
+            if let Err(e) = sasl_exchange(credentials, &mut stream, &mut writer, &mut reader, until)
+            {
+                if matches!(e, Dial::AuthFailed) {
+                    // The client stops: the session goes now, not at its expiry (a server
+                    // that keeps the connection after a failed exchange still takes this).
+                    let _ = writer.write_all(&Enc::request(3, op::CLOSE_SESSION).finish());
+                }
+                return Err(e);
+            }
         }
         // Then, in one write, the credentials and (on a resumed session) the watches to
         // restore. The server answers the credentials at once and the watches through its
@@ -835,11 +843,22 @@ fn sasl_exchange(
             ))),
         }
     };
+    // What the server says cannot authenticate us (no SASL configured there: an empty
+    // challenge; a wrong proof) is an authentication failure: the client stops.
+    let refused = |why: String| {
+        warn!("SASL authentication failed: {why}");
+        Dial::AuthFailed
+    };
     let mut exchange = DigestMd5::new(credentials, cnonce().map_err(Dial::Failed)?);
     let challenge = ask(1, &[])?;
-    let response = exchange.respond(&challenge).map_err(Dial::Failed)?;
+    if challenge.is_empty() {
+        return Err(refused(
+            "the server offered no SASL challenge (is SASL configured there?)".into(),
+        ));
+    }
+    let response = exchange.respond(&challenge).map_err(refused)?;
     let proof = ask(2, &response)?;
-    exchange.verify(&proof).map_err(Dial::Failed)
+    exchange.verify(&proof).map_err(refused)
 }
 
 /// The answers that end the session, whatever they answer.

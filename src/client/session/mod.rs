@@ -514,19 +514,18 @@ impl Core {
     /// answer until `until`; on success they are replayed on every later connection.
     pub fn add_auth(&self, scheme: &str, credentials: &[u8], until: Instant) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        {
-            // Registered before the packet goes, under the lock the reader takes for the
-            // answer, so the answer cannot come first.
-            let mut waiters = self.auth_waiters.lock();
-            self.outbox
-                .send_reserved_now(&proto::auth_request(scheme, credentials))
-                .map_err(|_| Error::ConnectionLoss)?;
-            waiters.push_back(AuthWaiter {
-                scheme: scheme.to_owned(),
-                credentials: credentials.to_vec(),
-                answer: tx,
-            });
-        }
+        let waiter = AuthWaiter {
+            scheme: scheme.to_owned(),
+            credentials: credentials.to_vec(),
+            answer: tx,
+        };
+        // Registered under the writers' lock just before the packet goes: in wire order, and
+        // before its answer can come; the reader never waits behind the write.
+        self.outbox
+            .send_reserved_now(&proto::auth_request(scheme, credentials), || {
+                self.auth_waiters.lock().push_back(waiter)
+            })
+            .map_err(|_| Error::ConnectionLoss)?;
         match rx.recv_deadline(until) {
             // Kept for later connections by the reader, before it answered.
             Ok(0) => Ok(()),
