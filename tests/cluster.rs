@@ -295,15 +295,7 @@ fn a_read_only_member_serves_reads_and_the_quorum_gives_a_new_session() {
     })
     .expect("the survivor never served read-only");
 
-    let client = zk_recipes::Client::builder(&cluster.connect_string())
-        .session_timeout(Duration::from_secs(10))
-        .tick_time(Duration::from_millis(100))
-        .allow_read_only(true)
-        .connect()
-        .unwrap();
-    assert!(client.is_read_only());
-    let ro_session = client.session_id().unwrap();
-    let sub = client.subscribe();
+    let (client, ro_session, sub) = read_only_client(&cluster.connect_string());
     assert_eq!(client.data(&path).unwrap().0, b"before");
     assert!(matches!(
         client.set_data(&path, b"no", None),
@@ -316,17 +308,7 @@ fn a_read_only_member_serves_reads_and_the_quorum_gives_a_new_session() {
     cluster.restart(1).unwrap();
     cluster.restart(2).unwrap();
     // Back on the quorum: a new session, no LOST.
-    let connected = loop {
-        let e = sub
-            .recv_timeout(SOON)
-            .expect("no new session from the quorum");
-        assert_ne!(e.state, Lost, "LOST for a read-only session");
-        if e.state == Connected {
-            break e;
-        }
-    };
-    assert_ne!(connected.session_id, ro_session);
-    assert!(!client.is_read_only());
+    next_read_write_session(&client, &sub, ro_session, "no new session from the quorum");
     client.set_data(&path, b"after", None).unwrap();
 }
 
@@ -365,29 +347,16 @@ fn a_client_on_a_read_only_member_moves_to_a_read_write_server_it_finds() {
     let proxy = zk_recipes::testing::FaultProxy::start(writable.addr()).unwrap();
     proxy.refuse();
 
-    let client =
-        zk_recipes::Client::builder(&format!("{},{}", cluster.addr(survivor), proxy.addr()))
-            .session_timeout(Duration::from_secs(10))
-            .tick_time(Duration::from_millis(100))
-            .allow_read_only(true)
-            .connect()
-            .unwrap();
-    assert!(client.is_read_only());
-    let ro_session = client.session_id().unwrap();
-    let sub = client.subscribe();
+    let (client, ro_session, sub) =
+        read_only_client(&format!("{},{}", cluster.addr(survivor), proxy.addr()));
 
     proxy.heal();
-    let connected = loop {
-        let e = sub
-            .recv_timeout(SOON)
-            .expect("the client never moved to the read-write server");
-        assert_ne!(e.state, Lost, "LOST for a read-only session");
-        if e.state == Connected {
-            break e;
-        }
-    };
-    assert_ne!(connected.session_id, ro_session);
-    assert!(!client.is_read_only());
+    next_read_write_session(
+        &client,
+        &sub,
+        ro_session,
+        "the client never moved to the read-write server",
+    );
     assert!(proxy.accepted() >= 2, "a probe and a session");
     client
         .create(&root("found-rw"), b"", CreateMode::Persistent)
@@ -491,4 +460,43 @@ fn a_client_moves_to_a_new_server_list_without_losing_its_session() {
     assert!(client
         .update_hosts("127.0.0.1:1/elsewhere")
         .is_err_and(|e| matches!(e, zk_recipes::Error::BadArguments(_))));
+}
+
+/// Waits for the client's new session after it was read-only: never LOST (the read-only
+/// session was never the ensemble's), a session other than `ro_session`, read-write.
+fn next_read_write_session(
+    client: &zk_recipes::Client,
+    sub: &zk_recipes::Subscription,
+    ro_session: zk_recipes::SessionId,
+    what: &str,
+) {
+    let connected = loop {
+        let e = sub.recv_timeout(SOON).unwrap_or_else(|| panic!("{what}"));
+        assert_ne!(e.state, Lost, "LOST for a read-only session");
+        if e.state == Connected {
+            break e;
+        }
+    };
+    assert_ne!(connected.session_id, ro_session);
+    assert!(!client.is_read_only());
+}
+
+/// A client that allows read-only servers, attached to one: its session and events.
+fn read_only_client(
+    connect_string: &str,
+) -> (
+    zk_recipes::Client,
+    zk_recipes::SessionId,
+    zk_recipes::Subscription,
+) {
+    let client = zk_recipes::Client::builder(connect_string)
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .allow_read_only(true)
+        .connect()
+        .unwrap();
+    assert!(client.is_read_only());
+    let ro_session = client.session_id().unwrap();
+    let sub = client.subscribe();
+    (client, ro_session, sub)
 }

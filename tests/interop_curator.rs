@@ -99,19 +99,7 @@ fn java_security() -> (Vec<String>, String) {
         "-Dzookeeper.ssl.trustStore.type=PEM".into(),
         format!("-Djava.security.auth.login.config={}", jaas.display()),
     ];
-    let netty: String = [
-        "netty-buffer",
-        "netty-codec",
-        "netty-common",
-        "netty-handler",
-        "netty-resolver",
-        "netty-transport",
-        "netty-transport-native-epoll",
-        "netty-transport-native-unix-common",
-    ]
-    .iter()
-    .map(|m| format!(":/usr/share/java/{m}.jar"))
-    .collect();
+    let netty = zk_recipes::testing::netty_classpath();
     (args, netty)
 }
 

@@ -72,26 +72,21 @@ impl<'a> DigestMd5<'a> {
         let utf8 = get("charset").is_some_and(|c| c.eq_ignore_ascii_case("utf-8"));
         let c = self.credentials;
         let nc = "00000001";
-        let response = digest(
-            DIGEST_URI,
-            &encode(&c.user, utf8),
-            &encode(realm, utf8),
-            &encode(&c.password, utf8),
-            nonce,
-            &self.cnonce,
-            nc,
-            "AUTHENTICATE",
-        );
-        self.expected = Some(digest(
-            DIGEST_URI,
-            &encode(&c.user, utf8),
-            &encode(realm, utf8),
-            &encode(&c.password, utf8),
-            nonce,
-            &self.cnonce,
-            nc,
-            "",
-        ));
+        // The client's digest, and the one the server must prove it knows the password with.
+        let with = |method| {
+            digest(
+                DIGEST_URI,
+                &encode(&c.user, utf8),
+                &encode(realm, utf8),
+                &encode(&c.password, utf8),
+                nonce,
+                &self.cnonce,
+                nc,
+                method,
+            )
+        };
+        let response = with("AUTHENTICATE");
+        self.expected = Some(with(""));
         let mut out = String::new();
         if utf8 {
             out.push_str("charset=utf-8,");

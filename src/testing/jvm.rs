@@ -43,6 +43,15 @@ const NETTY_MODULES: [&str; 8] = [
     "netty-transport-native-unix-common",
 ];
 
+/// Debian's Netty modules that ZooKeeper's Netty code (server or client) loads, as classpath
+/// entries each after a `:` (for a Java client with TLS, too).
+pub fn netty_classpath() -> String {
+    NETTY_MODULES
+        .iter()
+        .map(|m| format!(":/usr/share/java/{m}.jar"))
+        .collect()
+}
+
 /// The classpath to run: `ZOOKEEPER_CLASSPATH` or the Debian package's jars. Checked: every
 /// file entry must exist.
 ///
@@ -63,11 +72,7 @@ pub(crate) fn classpath(explicit: Option<&str>, netty: bool) -> Result<String, H
                 cp.push_str(SLF4J_SIMPLE);
             }
             if netty {
-                for module in NETTY_MODULES {
-                    cp.push_str(":/usr/share/java/");
-                    cp.push_str(module);
-                    cp.push_str(".jar");
-                }
+                cp.push_str(&netty_classpath());
             }
             cp
         }

@@ -21,7 +21,7 @@ mod server;
 use std::fmt;
 
 pub use cluster::TestingCluster;
-pub use jvm::{four_letter, pid_alive, DEBIAN_CLASSPATH};
+pub use jvm::{four_letter, netty_classpath, pid_alive, DEBIAN_CLASSPATH};
 pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
