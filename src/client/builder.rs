@@ -34,6 +34,7 @@ pub struct ClientBuilder {
     max_request: usize,
     /// A session to re-attach to: its id and password.
     resume: Option<(SessionId, Vec<u8>)>,
+    follow_ensemble: bool,
     #[cfg(feature = "tls")]
     tls: Option<super::tls::TlsOptions>,
     #[cfg(feature = "sasl")]
@@ -55,6 +56,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("allow_read_only", &self.allow_read_only)
             .field("max_request", &self.max_request)
             .field("session", &self.resume.as_ref().map(|(id, _)| *id))
+            .field("follow_ensemble", &self.follow_ensemble)
             .field("tls", &self.tls_debug())
             .field("sasl_user", &self.sasl_user())
             .finish()
@@ -181,6 +183,16 @@ impl ClientBuilder {
         None
     }
 
+    /// Follows a changing ensemble (ZooKeeper ≥ 3.5 with dynamic configuration): the client
+    /// watches `/zookeeper/config` and, whenever the servers it lists change, takes them as
+    /// its host list with [`Client::update_hosts`](crate::Client::update_hosts)'s rule,
+    /// keeping its session. The connect string then only has to reach the ensemble once.
+    /// Off by default.
+    pub fn follow_ensemble(mut self, follow: bool) -> Self {
+        self.follow_ensemble = follow;
+        self
+    }
+
     /// Re-attaches to an existing session instead of making a new one (a session handed over
     /// from another process, with the id and password its client had). `connect` fails with
     /// `SessionLost` if the session has expired.
@@ -245,6 +257,7 @@ impl ClientBuilder {
             max_request: self.max_request,
             resume: self.resume.clone(),
             security: self.security()?,
+            follow_ensemble: self.follow_ensemble,
             #[cfg(feature = "sasl")]
             sasl: self.sasl.clone(),
         })
@@ -339,6 +352,7 @@ impl Client {
             allow_read_only: false,
             max_request: MAX_REQUEST,
             resume: None,
+            follow_ensemble: false,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "sasl")]

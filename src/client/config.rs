@@ -27,6 +27,8 @@ pub(crate) struct Config {
     pub resume: Option<(crate::SessionId, Vec<u8>)>,
     /// Plain or TLS connections.
     pub security: super::link::Security,
+    /// Take the servers of the ensemble's configuration as the host list, as it changes.
+    pub follow_ensemble: bool,
     /// SASL DIGEST-MD5 on every new connection, before any other request.
     #[cfg(feature = "sasl")]
     pub sasl: Option<super::sasl::SaslCredentials>,

@@ -37,6 +37,9 @@ pub(crate) enum Chore {
     },
     /// Set the watch on a held node once connected (it could not go out when the hold began).
     WatchHold { path: String, session: SessionId },
+    /// Read the ensemble's configuration (watching it) and take its servers as the client's
+    /// list (`ClientBuilder::follow_ensemble`).
+    FollowEnsemble { session: SessionId },
 }
 
 /// What an awaited request was.
@@ -53,7 +56,8 @@ impl Chore {
         match self {
             Chore::Delete { session, .. }
             | Chore::DeleteMarked { session, .. }
-            | Chore::WatchHold { session, .. } => *session,
+            | Chore::WatchHold { session, .. }
+            | Chore::FollowEnsemble { session } => *session,
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use crossbeam_channel::{Select, Sender, TrySendError};
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use super::api::Client;
 use super::config::strip;
@@ -28,7 +28,11 @@ use crate::session_id::SessionId;
 const REQUEST: Duration = Duration::from_secs(5);
 
 pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
-    let Inbox { jobs, holds } = inbox;
+    let Inbox {
+        jobs,
+        holds,
+        config,
+    } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
     let mut waiting = Backlog::default();
     loop {
@@ -36,6 +40,7 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             let mut sel = Select::new();
             sel.recv(&jobs);
             sel.recv(&holds);
+            sel.recv(&config);
             // A full channel never stalls this thread: its events wait here, in order, and
             // go as soon as it has room, while everything else goes on.
             let heads = waiting.heads();
@@ -51,8 +56,18 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                     }
                     continue;
                 }
+                // The configuration changed: read it again (and watch it again). A watch
+                // that ended with its session is set again on the next one.
+                2 => match (op.recv(&config), core.session_id()) {
+                    (Ok(e), Some(session))
+                        if !matches!(e.kind, WatchKind::SessionLost | WatchKind::Closed) =>
+                    {
+                        Ok(Job::Chore(Chore::FollowEnsemble { session }))
+                    }
+                    _ => continue,
+                },
                 i => {
-                    if let Some((tx, event)) = heads.get(i - 2) {
+                    if let Some((tx, event)) = heads.get(i - 3) {
                         let sent = op.send(tx, event.clone()).is_ok();
                         waiting.sent(tx, sent);
                     }
@@ -68,7 +83,18 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                 continue;
             }
             Ok(Job::Chore(chore)) => todo.push(chore),
-            Ok(Job::Connected(session)) => todo.retain(|c| c.session() == session),
+            Ok(Job::Connected(session)) => {
+                todo.retain(|c| c.session() == session);
+                // Following the ensemble: its configuration is read (and watched) on every
+                // new session; a resumed one keeps its watch.
+                if core.config.follow_ensemble
+                    && !todo
+                        .iter()
+                        .any(|c| matches!(c, Chore::FollowEnsemble { .. }))
+                {
+                    todo.push(Chore::FollowEnsemble { session });
+                }
+            }
             Ok(Job::Answered {
                 answer,
                 then,
@@ -183,6 +209,30 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
         return None;
     }
     match chore {
+        Chore::FollowEnsemble { session } => {
+            match client.ensemble_config_watch(&client.core().config_tx) {
+                Ok((config, _)) => {
+                    let hosts = config.client_hosts();
+                    let known = client.core().host_list();
+                    let same =
+                        hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));
+                    if !hosts.is_empty() && !same {
+                        info!(
+                            "the ensemble's configuration (version {:x}) lists other servers: \
+                             following it",
+                            config.version
+                        );
+                        client.core().update_hosts(hosts);
+                    }
+                    None
+                }
+                Err(e) if again(&e) => Some(Chore::FollowEnsemble { session }),
+                Err(e) => {
+                    warn!("janitor: cannot read the ensemble's configuration: {e}");
+                    None
+                }
+            }
+        }
         Chore::Delete { path, session } => match client.delete(&path) {
             Ok(()) => {
                 debug!("janitor: deleted {path}");

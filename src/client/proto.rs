@@ -34,6 +34,7 @@ pub(crate) mod op {
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
     pub const WHO_AM_I: i32 = 107;
+    pub const RECONFIG: i32 = 16;
     #[cfg(feature = "sasl")]
     pub const SASL: i32 = 102;
     pub const CLOSE_SESSION: i32 = -11;

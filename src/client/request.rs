@@ -67,6 +67,13 @@ pub(crate) enum Req<'a> {
     GetEphemerals {
         prefix: &'a str,
     },
+    /// Incremental reconfiguration: servers joining (`server.N=...` specs, comma-separated),
+    /// server ids leaving, and the configuration version it applies to (-1: any).
+    Reconfig {
+        joining: String,
+        leaving: String,
+        from: i64,
+    },
     Multi(Vec<Req<'a>>),
     /// Reads at one point in time (ZooKeeper ≥ 3.6): `GetData` and `GetChildren` only.
     MultiRead(Vec<Req<'a>>),
@@ -134,6 +141,7 @@ impl<'a> Req<'a> {
             Req::AddWatch { .. } => op::ADD_WATCH,
             Req::RemoveWatches { .. } => op::REMOVE_WATCHES,
             Req::WhoAmI => op::WHO_AM_I,
+            Req::Reconfig { .. } => op::RECONFIG,
             Req::GetEphemerals { .. } => op::GET_EPHEMERALS,
             Req::Multi(_) => op::MULTI,
             Req::MultiRead(_) => op::MULTI_READ,
@@ -195,6 +203,22 @@ impl<'a> Req<'a> {
                 e.str(path).i32(code);
             }
             Req::WhoAmI => {}
+            Req::Reconfig {
+                joining,
+                leaving,
+                from,
+            } => {
+                // Nothing given is null, as the server reads it; `newMembers` (a whole new
+                // membership) is not offered.
+                for part in [joining, leaving] {
+                    if part.is_empty() {
+                        e.i32(-1);
+                    } else {
+                        e.str(part);
+                    }
+                }
+                e.i32(-1).i64(*from);
+            }
             Req::GetEphemerals { prefix } => {
                 e.str(prefix);
             }

@@ -17,6 +17,8 @@ struct Member {
     /// With [`TestingCluster::partitionable`]: `links[j]` carries this member's quorum link to
     /// member `j` (none for itself).
     links: Vec<Option<FaultProxy>>,
+    /// Its `server.N=...` line.
+    spec: String,
 }
 
 /// `n` ZooKeeper servers forming one ensemble on loopback, each with distinct client, quorum
@@ -41,7 +43,46 @@ impl TestingCluster {
 
     /// Starts an `n`-server ensemble with `options`.
     pub fn with_options(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, options, false)
+        TestingCluster::build(n, 0, options, false)
+    }
+
+    /// Starts an `n`-member ensemble that can change its membership (`reconfigEnabled`, every
+    /// member's client address in its `server.N` line, `zookeeper.skipACL` so that any client
+    /// may call [`Client::reconfig`](crate::Client::reconfig)), with `spare` more members
+    /// configured but not running: [`start_member`](Self::start_member) starts one, and a
+    /// reconfiguration with its [`member_spec`](Self::member_spec) adds it.
+    pub fn reconfigurable(
+        n: usize,
+        spare: usize,
+        mut options: ServerOptions,
+    ) -> Result<TestingCluster, HarnessError> {
+        options
+            .system_properties
+            .push(("zookeeper.skipACL".into(), "yes".into()));
+        TestingCluster::build(n, spare, options, false)
+    }
+
+    /// The `server.N=...` line of member `i`, as a reconfiguration that adds it takes it.
+    pub fn member_spec(&self, i: usize) -> String {
+        self.members[i].spec.clone()
+    }
+
+    /// Starts spare member `i` of a [`reconfigurable`](Self::reconfigurable) ensemble; it
+    /// follows the leader without a vote until a reconfiguration adds it.
+    pub fn start_member(&self, i: usize) -> Result<(), HarnessError> {
+        self.spawn(i)?;
+        let guard = self.members[i].jvm.lock();
+        if let Some(jvm) = guard.as_ref() {
+            wait_ready(
+                self.addr(i),
+                &self.options.security(),
+                "srvr",
+                |a| mode_of(a).is_some(),
+                jvm,
+                self.options.start_timeout,
+            )?;
+        }
+        Ok(())
     }
 
     /// Starts an `n`-server ensemble whose members reach each other's quorum ports through
@@ -54,14 +95,17 @@ impl TestingCluster {
     /// which is its own listening port, so the link would bypass any proxy. A member whose
     /// quorum links are cut may still vote, but can neither follow nor lead anyone.
     pub fn partitionable(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, options, true)
+        TestingCluster::build(n, 0, options, true)
     }
 
     fn build(
         n: usize,
+        spare: usize,
         mut options: ServerOptions,
         partitionable: bool,
     ) -> Result<TestingCluster, HarnessError> {
+        let dynamic = spare > 0;
+        let total = n + spare;
         if n == 0 {
             return Err(HarnessError::StartFailed(
                 "an ensemble needs a member".into(),
@@ -73,14 +117,22 @@ impl TestingCluster {
         let mut ports = Vec::new();
         // Hold every listener until all ports are chosen, so no two members get the same one.
         let mut held = Vec::new();
-        for _ in 0..n * 3 {
+        for _ in 0..total * 3 {
             let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
             ports.push(l.local_addr()?.port());
             held.push(l);
         }
         drop(held);
+        // A member's line: with its client address for a reconfigurable ensemble.
+        let spec = |j: usize, quorum: u16| {
+            let mut line = format!("server.{}=127.0.0.1:{}:{}", j + 1, quorum, ports[3 * j + 2]);
+            if dynamic {
+                let _ = write!(line, ":participant;127.0.0.1:{}", ports[3 * j]);
+            }
+            line
+        };
         let mut members = Vec::new();
-        for i in 0..n {
+        for i in 0..total {
             let mut links = Vec::new();
             for j in 0..n {
                 links.push(if partitionable && j != i {
@@ -91,32 +143,39 @@ impl TestingCluster {
                 });
             }
             // Member i's view of the ensemble: the others' quorum ports through its proxies.
+            // A spare member starts with the initial ensemble and itself.
             let mut servers = String::new();
             for (j, link) in links.iter().enumerate() {
                 let quorum = link.as_ref().map_or(ports[3 * j + 1], |p| p.addr().port());
-                let _ = writeln!(
-                    servers,
-                    "server.{}=127.0.0.1:{}:{}",
-                    j + 1,
-                    quorum,
-                    ports[3 * j + 2]
-                );
+                let _ = writeln!(servers, "{}", spec(j, quorum));
+            }
+            if i >= n {
+                let _ = writeln!(servers, "{}", spec(i, ports[3 * i + 1]));
             }
             let member_dir = dir.path().join(format!("m{}", i + 1));
             let data = member_dir.join("data");
             std::fs::create_dir_all(&data)?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
             let mut cfg = options.base_config(&data, ports[3 * i]);
+            if dynamic {
+                // The client address is in the member's line.
+                cfg = cfg
+                    .lines()
+                    .filter(|l| !l.starts_with("clientPort"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+            }
             let _ = writeln!(cfg, "initLimit=50");
             let _ = writeln!(cfg, "syncLimit={}", options.sync_limit);
             let _ = writeln!(cfg, "standaloneEnabled=false");
-            let _ = writeln!(cfg, "reconfigEnabled=false");
+            let _ = writeln!(cfg, "reconfigEnabled={dynamic}");
             cfg.push_str(&servers);
             std::fs::write(member_dir.join("zoo.cfg"), cfg)?;
             members.push(Member {
                 client_port: ports[3 * i],
                 jvm: Mutex::new(None),
                 links,
+                spec: spec(i, ports[3 * i + 1]),
             });
         }
         let cluster = TestingCluster {

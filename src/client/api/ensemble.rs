@@ -46,6 +46,52 @@ impl Client {
         Ok((config, stat))
     }
 
+    /// Changes the ensemble's membership (ZooKeeper ≥ 3.5 with `reconfigEnabled`, and a
+    /// client allowed to: a super user, or servers with `skipACL`): `joining` are
+    /// `server.N=host:quorum:election[:role];[host:]client_port` specs, `leaving` server ids;
+    /// `from_version` makes it conditional on the configuration still being that version.
+    /// Returns the new configuration. Not retried (it is not idempotent).
+    ///
+    /// # Errors
+    /// `ReconfigDisabled`, `NoAuth`, `NewConfigNoQuorum`, `ReconfigInProgress`, `BadVersion`
+    /// from the server; `BadArguments` for nothing to change.
+    pub fn reconfig(
+        &self,
+        joining: &[&str],
+        leaving: &[u64],
+        from_version: Option<u64>,
+    ) -> Result<(EnsembleConfig, Stat)> {
+        if joining.is_empty() && leaving.is_empty() {
+            return Err(Error::BadArguments(
+                "a reconfiguration with no change".into(),
+            ));
+        }
+        let leaving: Vec<String> = leaving.iter().map(u64::to_string).collect();
+        let req = Req::Reconfig {
+            joining: joining.join(","),
+            leaving: leaving.join(","),
+            from: from_version.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX)),
+        };
+        let (reply, _) = self.request(CONFIG_NODE, &req)?;
+        let mut d = reply.record();
+        let (data, stat) = (d.buffer()?, d.stat()?);
+        let config = EnsembleConfig::parse(&String::from_utf8_lossy(&data)).ok_or_else(|| {
+            Error::Protocol("the reconfiguration's answer holds no configuration".into())
+        })?;
+        Ok((config, stat))
+    }
+
+    /// The servers this client connects to now (`host:port`, after
+    /// [`update_hosts`](Self::update_hosts) or
+    /// [`follow_ensemble`](crate::ClientBuilder::follow_ensemble) changed them).
+    pub fn servers(&self) -> Vec<String> {
+        self.core
+            .host_list()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// Changes the servers this client connects to, as ZooKeeper's `updateServerList` does,
     /// keeping the session: `connect_string` lists the new servers (its chroot, if any, must
     /// be the client's own). So that the ensemble's clients spread evenly with as few moves

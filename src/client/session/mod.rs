@@ -154,6 +154,9 @@ pub(crate) struct Core {
     holds: Mutex<HashMap<String, Weak<SessionToken>>>,
     /// Where the watches on held nodes report (the event thread listens).
     hold_tx: Sender<WatchEvent>,
+    /// Where the watch on the ensemble's configuration reports, when the client follows it
+    /// (the event thread listens).
+    pub config_tx: Sender<WatchEvent>,
 }
 
 /// What the client's second thread listens to.
@@ -161,6 +164,8 @@ pub(crate) struct Inbox {
     pub jobs: Receiver<Job>,
     /// Events of the watches on held nodes.
     pub holds: Receiver<WatchEvent>,
+    /// Events of the watch on the ensemble's configuration.
+    pub config: Receiver<WatchEvent>,
 }
 
 impl Core {
@@ -177,6 +182,7 @@ impl Core {
         let config_hosts = config.connect.hosts.clone();
         let (jobs, jobs_rx) = unbounded();
         let (hold_tx, hold_rx) = unbounded();
+        let (config_tx, config_rx) = unbounded();
         let (stop, stopped) = unbounded();
         let core = Arc::new(Core {
             config,
@@ -216,6 +222,7 @@ impl Core {
             no_containers: AtomicBool::new(false),
             holds: Mutex::new(HashMap::new()),
             hold_tx,
+            config_tx,
         });
         let c = core.clone();
         match thread::Builder::new()
@@ -233,6 +240,7 @@ impl Core {
             Inbox {
                 jobs: jobs_rx,
                 holds: hold_rx,
+                config: config_rx,
             },
         ))
     }
@@ -408,6 +416,11 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The server list in force.
+    pub fn host_list(&self) -> Vec<HostPort> {
+        self.hosts.lock().list.clone()
     }
 
     /// Replaces the server list (ZooKeeper's `updateServerList`): the I/O thread takes the new

@@ -1,0 +1,120 @@
+//! A changing ensemble (issue 21): 3 members grow to 5 and shrink to 3 others by
+//! reconfiguration, while a client holds a lock; it follows with `update_hosts` and keeps its
+//! session and its hold throughout.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::testing::{ServerOptions, TestingCluster};
+use zk_recipes::InterProcessMutex;
+
+#[test]
+fn three_to_five_to_three_keeps_every_session_and_hold() {
+    init_logs();
+    let cluster = TestingCluster::reconfigurable(3, 2, ServerOptions::default()).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let first: Vec<String> = (0..3).map(|i| cluster.addr(i).to_string()).collect();
+    let holder = connect(&first.join(","), Duration::from_secs(10));
+    let admin = connect(&first.join(","), Duration::from_secs(10));
+    let id = holder.session_id();
+    let path = root("reconfig");
+    let mutex = InterProcessMutex::new(&holder, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    let (before, _) = admin.ensemble_config().unwrap();
+    assert_eq!(before.servers.len(), 3, "{before:?}");
+
+    // 3 → 5.
+    cluster.start_member(3).unwrap();
+    cluster.start_member(4).unwrap();
+    let (grown, _) = admin
+        .reconfig(
+            &[&cluster.member_spec(3), &cluster.member_spec(4)],
+            &[],
+            None,
+        )
+        .expect("the reconfiguration that adds two members");
+    assert_eq!(grown.servers.len(), 5, "{grown:?}");
+    assert!(grown.version > before.version);
+    let hosts = |c: &zk_recipes::EnsembleConfig| {
+        c.client_hosts()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    holder.update_hosts(&hosts(&grown)).unwrap();
+    admin.update_hosts(&hosts(&grown)).unwrap();
+    holder.sync(&path).unwrap();
+    assert_eq!(holder.session_id(), id);
+    guard.check().expect("the hold survives the growth");
+
+    // 5 → 3: the first two members leave.
+    let (shrunk, _) = admin
+        .reconfig(&[], &[1, 2], None)
+        .expect("the reconfiguration that removes two members");
+    assert_eq!(shrunk.servers.len(), 3, "{shrunk:?}");
+    holder.update_hosts(&hosts(&shrunk)).unwrap();
+    holder.sync(&path).unwrap();
+    assert_eq!(holder.session_id(), id, "the same session");
+    guard.check().expect("the hold survives the shrink");
+
+    // The lock still excludes: a client of the new ensemble waits for the holder.
+    let other = connect(&hosts(&shrunk), Duration::from_secs(10));
+    let theirs = InterProcessMutex::new(&other, &path).unwrap();
+    assert!(theirs.try_acquire_for(Duration::ZERO).unwrap().is_none());
+    drop(guard);
+    assert!(theirs.try_acquire_for(SOON).unwrap().is_some());
+}
+
+/// `follow_ensemble`: a client that knows only the two members that will leave follows the
+/// reconfigurations by itself, so that once they are gone it still reaches the ensemble, on
+/// the same session, with its hold.
+#[test]
+fn a_client_that_follows_the_ensemble_survives_the_loss_of_every_server_it_was_given() {
+    init_logs();
+    let cluster = TestingCluster::reconfigurable(3, 2, ServerOptions::default()).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let given = format!("{},{}", cluster.addr(0), cluster.addr(1));
+    let follower = builder(&given)
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .follow_ensemble(true)
+        .connect()
+        .unwrap();
+    let admin = connect(&cluster.addr(2).to_string(), Duration::from_secs(10));
+    let id = follower.session_id();
+    let path = root("following");
+    let mutex = InterProcessMutex::new(&follower, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+
+    cluster.start_member(3).unwrap();
+    cluster.start_member(4).unwrap();
+    admin
+        .reconfig(
+            &[&cluster.member_spec(3), &cluster.member_spec(4)],
+            &[],
+            None,
+        )
+        .unwrap();
+    let (shrunk, _) = admin.reconfig(&[], &[1, 2], None).unwrap();
+    let mut want: Vec<String> = shrunk
+        .client_hosts()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    want.sort();
+    wait_for(SOON, || {
+        let mut now = follower.servers();
+        now.sort();
+        (now == want).then_some(())
+    })
+    .expect("the client never took up the new configuration");
+
+    cluster.kill(0);
+    cluster.kill(1);
+    follower.sync(&path).unwrap();
+    assert_eq!(follower.session_id(), id, "the same session");
+    guard.check().expect("the hold survives");
+}
