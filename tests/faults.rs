@@ -371,3 +371,24 @@ fn a_write_stuck_on_a_full_socket_holds_up_no_answer() {
         assert!(results.iter().all(|r| r.is_ok()));
     });
 }
+
+/// The review of issue 21: a new server list this client cannot reach (addresses published
+/// for another network, say) stranded it for good, since only a connection could bring a
+/// better list. After a whole failed round the connect string's servers join the list again:
+/// the client comes back to them on its session.
+#[test]
+fn an_unreachable_new_server_list_falls_back_to_the_connect_string() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let id = client.session_id();
+    let sub = client.subscribe();
+    // Nothing listens on port 1.
+    assert!(
+        client.update_hosts("127.0.0.1:1").unwrap(),
+        "its server left the list"
+    );
+    next_state(&sub, Suspended);
+    next_state(&sub, Reconnected);
+    assert_eq!(client.session_id(), id, "the same session");
+    assert!(client.exists("/").unwrap().is_some());
+}

@@ -39,6 +39,7 @@ fn three_to_five_to_three_keeps_every_session_and_hold() {
     assert!(grown.version > before.version);
     let hosts = |c: &zk_recipes::EnsembleConfig| {
         c.client_hosts()
+            .expect("every member's client address")
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
@@ -101,6 +102,7 @@ fn a_client_that_follows_the_ensemble_survives_the_loss_of_every_server_it_was_g
     let (shrunk, _) = admin.reconfig(&[], &[1, 2], None).unwrap();
     let mut want: Vec<String> = shrunk
         .client_hosts()
+        .expect("every member's client address")
         .iter()
         .map(ToString::to_string)
         .collect();

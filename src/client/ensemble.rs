@@ -55,9 +55,18 @@ impl EnsembleConfig {
                 Some((q, c)) => (q, Some(c)),
                 None => (value, None),
             };
-            let parts: Vec<&str> = split_host(quorum);
+            // A member with several addresses (`a:1:2|b:3:4:role`): the first names its host,
+            // the last carries its role.
+            let first = quorum.split('|').next().unwrap_or_default();
+            let last = quorum.rsplit('|').next().unwrap_or_default();
+            let parts: Vec<&str> = split_host(first);
+            let role_parts: Vec<&str> = split_host(last);
             let quorum_host = parts.first().copied().unwrap_or_default();
-            let role = parts.get(3).copied().unwrap_or("participant").to_owned();
+            let role = role_parts
+                .get(3)
+                .copied()
+                .unwrap_or("participant")
+                .to_owned();
             let client = client.and_then(|c| {
                 let (host, port) = match c.rsplit_once(':') {
                     Some((h, p)) => (h.trim_matches(['[', ']']), p),
@@ -81,11 +90,14 @@ impl EnsembleConfig {
         })
     }
 
-    /// The members' client addresses, in server-id order.
-    pub fn client_hosts(&self) -> Vec<HostPort> {
+    /// The members' client addresses, in server-id order; `None` unless the configuration
+    /// gives one for every member. (A member whose client port is in its own static
+    /// `zoo.cfg`, the layout of ensembles set up before 3.5, is published without one: a
+    /// list of the others only would send every client to them.)
+    pub fn client_hosts(&self) -> Option<Vec<HostPort>> {
         let mut members: Vec<&EnsembleMember> = self.servers.iter().collect();
         members.sort_by_key(|m| m.id);
-        members.iter().filter_map(|m| m.client.clone()).collect()
+        members.iter().map(|m| m.client.clone()).collect()
     }
 }
 
@@ -175,12 +187,25 @@ mod tests {
         assert_eq!(c.version, 0x10000000a);
         assert_eq!(c.servers.len(), 4);
         assert_eq!(c.servers[1].role, "observer");
-        let clients: Vec<String> = c.client_hosts().iter().map(|h| h.to_string()).collect();
+        assert_eq!(c.client_hosts(), None, "server.4 has no client address");
+        let complete = EnsembleConfig {
+            servers: c.servers[..3].to_vec(),
+            ..c.clone()
+        };
+        let clients: Vec<String> = complete
+            .client_hosts()
+            .unwrap()
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
         assert_eq!(clients, ["10.0.0.1:2181", "10.0.0.9:2182", "[::1]:2183"]);
         assert!(
             EnsembleConfig::parse("server.1=a:1:2;3").is_none(),
             "no version"
         );
+        let multi = EnsembleConfig::parse("server.1=a:1:2|b:3:4:observer;2181\nversion=1").unwrap();
+        assert_eq!(multi.servers[0].role, "observer");
+        assert_eq!(multi.client_hosts().unwrap()[0].to_string(), "a:2181");
     }
 
     /// Over many clients, the share that moves is what evens the load: growing from 3 to 5

@@ -35,6 +35,9 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
     } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
     let mut waiting = Backlog::default();
+    // The session whose ensemble configuration is read and watched (a resumed session keeps
+    // its watch; a new one sets it again).
+    let mut following = None;
     loop {
         let job = {
             let mut sel = Select::new();
@@ -87,11 +90,8 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                 todo.retain(|c| c.session() == session);
                 // Following the ensemble: its configuration is read (and watched) on every
                 // new session; a resumed one keeps its watch.
-                if core.config.follow_ensemble
-                    && !todo
-                        .iter()
-                        .any(|c| matches!(c, Chore::FollowEnsemble { .. }))
-                {
+                if core.config.follow_ensemble && following != Some(session) {
+                    following = Some(session);
                     todo.push(Chore::FollowEnsemble { session });
                 }
             }
@@ -212,7 +212,15 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
         Chore::FollowEnsemble { session } => {
             match client.ensemble_config_watch(&client.core().config_tx) {
                 Ok((config, _)) => {
-                    let hosts = config.client_hosts();
+                    // A configuration that does not say where every member serves clients
+                    // is not followed: the members it names alone are not the ensemble.
+                    let Some(hosts) = config.client_hosts() else {
+                        warn!(
+                            "the ensemble's configuration leaves out some members' client \
+                             addresses: not following it"
+                        );
+                        return None;
+                    };
                     let known = client.core().host_list();
                     let same =
                         hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));

@@ -43,7 +43,7 @@ impl TestingCluster {
 
     /// Starts an `n`-server ensemble with `options`.
     pub fn with_options(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, false)
+        TestingCluster::build(n, 0, options, false, false)
     }
 
     /// Starts an `n`-member ensemble that can change its membership (`reconfigEnabled`, every
@@ -59,7 +59,7 @@ impl TestingCluster {
         options
             .system_properties
             .push(("zookeeper.skipACL".into(), "yes".into()));
-        TestingCluster::build(n, spare, options, false)
+        TestingCluster::build(n, spare, options, false, true)
     }
 
     /// The `server.N=...` line of member `i`, as a reconfiguration that adds it takes it.
@@ -95,7 +95,7 @@ impl TestingCluster {
     /// which is its own listening port, so the link would bypass any proxy. A member whose
     /// quorum links are cut may still vote, but can neither follow nor lead anyone.
     pub fn partitionable(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, true)
+        TestingCluster::build(n, 0, options, true, false)
     }
 
     fn build(
@@ -103,8 +103,8 @@ impl TestingCluster {
         spare: usize,
         mut options: ServerOptions,
         partitionable: bool,
+        dynamic: bool,
     ) -> Result<TestingCluster, HarnessError> {
-        let dynamic = spare > 0;
         let total = n + spare;
         if n == 0 {
             return Err(HarnessError::StartFailed(

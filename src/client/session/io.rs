@@ -174,10 +174,14 @@ impl Core {
         while !self.is_closed() {
             self.check_silence();
             // A new server list (`update_hosts`), in the order to try it.
-            if let Some(order) = self.hosts.lock().update.take() {
-                hosts = order;
-                next = 0;
-                pinned = None;
+            {
+                let mut h = self.hosts.lock();
+                if let Some(order) = h.update.take() {
+                    h.must_move = false;
+                    hosts = order;
+                    next = 0;
+                    pinned = None;
+                }
             }
             let (host, addr) = match pinned.take() {
                 Some((host, addr)) => (host, Some(addr)),
@@ -189,10 +193,12 @@ impl Core {
                     (host, None)
                 }
             };
+            // The server being dialed counts as the current one for a list that changes
+            // meanwhile (its move rule asks where this client is).
+            self.hosts.lock().current = Some(host.clone());
             match self.handshake(&host, addr, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
-                    self.hosts.lock().current = Some(host.clone());
                     let served = self.serve(conn, hosts.clone());
                     // The next attempt goes to the server found serving read-write.
                     pinned = served.read_write;
@@ -233,6 +239,14 @@ impl Core {
                     debug!("no connection to {host}: {why}");
                     failures += 1;
                     if failures as usize % hosts.len().max(1) == 0 {
+                        // A whole round failed on a list that replaced the connect string's
+                        // (followed or given by `update_hosts`): the seeds join it again, so
+                        // that published addresses this client cannot reach never strand it.
+                        for seed in &self.config.connect.hosts {
+                            if !hosts.contains(seed) {
+                                hosts.push(seed.clone());
+                            }
+                        }
                         let round = failures / hosts.len().max(1) as u32;
                         let pause = FIRST_PAUSE
                             .saturating_mul(1 << round.min(10))
@@ -554,6 +568,10 @@ impl Core {
         // A keep-alive that found a caller writing: when to try it again.
         let mut busy = None;
         let why = loop {
+            // A new list that moves this client came while this connection was being made.
+            if self.move_pending() {
+                break "moving to a server of the new list".to_owned();
+            }
             if let Some(found) = probe.as_mut().and_then(|p| p.run(probe_patience)) {
                 let why = format!("{} ({}) serves read-write", found.1, found.0);
                 read_write = Some(found);

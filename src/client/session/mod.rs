@@ -55,6 +55,9 @@ struct Hosts {
     current: Option<HostPort>,
     /// A new order for the I/O thread to take up before its next connection.
     update: Option<Vec<HostPort>>,
+    /// The update says this client moves: a connection made meanwhile (a handshake that was
+    /// under way) ends at once.
+    must_move: bool,
 }
 
 /// Longest wait for the server to confirm a close-session on shutdown.
@@ -215,6 +218,7 @@ impl Core {
                 list: config_hosts.clone(),
                 current: None,
                 update: None,
+                must_move: false,
             }),
             to_close: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
@@ -418,6 +422,12 @@ impl Core {
         }
     }
 
+    /// An update that moves this client waits for the I/O thread.
+    fn move_pending(&self) -> bool {
+        let hosts = self.hosts.lock();
+        hosts.update.is_some() && hosts.must_move
+    }
+
     /// The server list in force.
     pub fn host_list(&self) -> Vec<HostPort> {
         self.hosts.lock().list.clone()
@@ -445,11 +455,15 @@ impl Core {
             };
             hosts.list = new;
             hosts.update = Some(order);
+            hosts.must_move = moving;
             moving
         };
         if moving {
             info!("the server list changed: moving to a server of the new list");
             self.outbox.drop_connection();
+            if let Some(s) = self.connecting.lock().as_ref() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
         }
         moving
     }
