@@ -140,31 +140,20 @@ fn resolve_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
-    use std::os::fd::AsRawFd;
-
-    /// A listening socket that takes no more connections: its backlog is 0 and already
-    /// holds one, so the kernel drops every further SYN and a dial there waits in silence.
-    fn silent_listener() -> (TcpListener, TcpStream, SocketAddr) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        // SAFETY: the listener's fd is valid while it lives; `listen` only changes its backlog.
-        let rc = unsafe { libc::listen(listener.as_raw_fd(), 0) };
-        assert_eq!(rc, 0);
-        let filler = TcpStream::connect(addr).unwrap();
-        (listener, filler, addr)
-    }
 
     /// Issue 20 item 10: the first address resolved used to take the whole budget; a silent
     /// one then left none for a good address after it.
+    #[cfg(feature = "testing")]
     #[test]
     fn a_silent_first_address_leaves_time_for_the_next() {
-        let (_silent, _filler, silent) = silent_listener();
-        let good = TcpListener::bind("127.0.0.1:0").unwrap();
+        use crate::testing::{FaultProxy, SilentPort};
+        let silent = SilentPort::start().unwrap();
+        // Anything that accepts: a proxy in front of a port where nothing listens.
+        let good = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 1))).unwrap();
         let until = Instant::now() + Duration::from_secs(2);
-        let s = dial_addrs(&[silent, good.local_addr().unwrap()], until)
+        let s = dial_addrs(&[silent.addr(), good.addr()], until)
             .expect("the second address connects within the budget");
-        assert_eq!(s.peer_addr().unwrap(), good.local_addr().unwrap());
+        assert_eq!(s.peer_addr().unwrap(), good.addr());
     }
 
     #[test]

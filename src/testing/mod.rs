@@ -17,6 +17,7 @@ mod cluster;
 mod jvm;
 mod proxy;
 mod server;
+mod silent;
 
 use std::fmt;
 
@@ -26,6 +27,7 @@ pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
 pub use server::{ServerOptions, ServerSasl, TestingServer};
+pub use silent::SilentPort;
 
 /// Why the harness could not provide a server.
 #[derive(Debug)]
@@ -56,32 +58,15 @@ impl std::error::Error for HarnessError {}
 /// Taking the session over drops its owner's connection, and a healthy owner resumes at once,
 /// which can take the session back before the close lands; so this retries, and a test that
 /// wants no such tug of war holds the owner's traffic (a black-holed [`FaultProxy`]) meanwhile.
+/// Plain servers only: on a TLS or SASL server, take the session over with a
+/// [`ClientBuilder::session`](crate::ClientBuilder::session) client of the same security and
+/// close it.
 pub fn expire_session(
     server: std::net::SocketAddr,
     id: crate::SessionId,
     passwd: &[u8],
 ) -> std::io::Result<bool> {
-    expire_over(server, id, passwd, crate::client::link::Security::Plain)
-}
-
-/// [`expire_session`] on a server's TLS port, with the client's TLS options (feature `tls`).
-#[cfg(feature = "tls")]
-pub fn expire_session_tls(
-    server: std::net::SocketAddr,
-    id: crate::SessionId,
-    passwd: &[u8],
-    tls: &crate::TlsOptions,
-) -> std::io::Result<bool> {
-    let security = crate::client::link::Security::Tls(std::sync::Arc::new(tls.clone()));
-    expire_over(server, id, passwd, security)
-}
-
-fn expire_over(
-    server: std::net::SocketAddr,
-    id: crate::SessionId,
-    passwd: &[u8],
-    security: crate::client::link::Security,
-) -> std::io::Result<bool> {
+    let security = crate::client::link::Security::Plain;
     let timeout = std::time::Duration::from_secs(5);
     let host = server.ip().to_string();
     let mut last = std::io::Error::other("no attempt made");

@@ -1,0 +1,37 @@
+//! A silent server: a loopback port that takes no connection.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+
+/// A loopback port whose listen backlog is full: the kernel drops every new connection
+/// attempt, so a connect there waits in silence until its own timeout, as to a host that
+/// drops packets (where [`FaultProxy::refuse`](super::FaultProxy::refuse) answers at once).
+pub struct SilentPort {
+    _listener: TcpListener,
+    _filler: TcpStream,
+    addr: SocketAddr,
+}
+
+impl SilentPort {
+    /// Opens one.
+    pub fn start() -> std::io::Result<SilentPort> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        // A backlog of 0 holds one connection; the filler takes it, and nothing accepts.
+        // SAFETY: the listener's fd is valid while it lives; `listen` only sets its backlog.
+        if unsafe { libc::listen(listener.as_raw_fd(), 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let filler = TcpStream::connect(addr)?;
+        Ok(SilentPort {
+            _listener: listener,
+            _filler: filler,
+            addr,
+        })
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
