@@ -23,31 +23,13 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::figures::*;
+use common::zkc::ZkcContenders;
 use common::*;
-use zk_recipes::testing::TestingServer;
-use zk_recipes::{Client, InterProcessMutex};
 
 const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
-
-/// One configuration's figures for one client.
-#[derive(Clone, Copy, Default)]
-struct Figures {
-    per_second: f64,
-    p50_us: f64,
-    p99_us: f64,
-    cpu_us_per_acq: f64,
-    /// How many acquisitions the figures are of.
-    acquisitions: f64,
-    /// The server's CPU per acquisition while this client ran (the same server for all).
-    server_us_per_acq: f64,
-    /// Ours only: watch notifications per release.
-    notifications: f64,
-}
 
 fn main() {
     let args = args();
@@ -63,7 +45,7 @@ fn main() {
     let run_for = Duration::from_millis(if args.quick { 500 } else { 6000 });
     let ours = clients(&connect, most);
     ours[0].ensure_path("/bench/peers").expect("path");
-    let zkc = ZkcContenders::connect(&connect, most);
+    let zkc = ZkcContenders::connect(&connect, most, None, ours[0].clone());
     let mut curator = match Curator::start(&connect, most) {
         Ok(c) => Some(c),
         Err(why) => {
@@ -239,53 +221,6 @@ fn plot(
     )
 }
 
-/// Runs one measurement and adds the server's CPU per acquisition during it.
-fn on_server(server: &TestingServer, run: impl FnOnce() -> Figures) -> Figures {
-    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
-    let before = cpu_of(&pid);
-    let mut figures = run();
-    let used = cpu_of(&pid).saturating_sub(before);
-    figures.server_us_per_acq = used.as_secs_f64() * 1e6 / figures.acquisitions.max(1.0);
-    figures
-}
-
-/// Alternated blocks of one contended configuration as one: throughput over the blocks' total
-/// time, CPU and notifications per acquisition over all of them, latencies the blocks' median.
-fn combine(blocks: &[Figures]) -> Figures {
-    let acquisitions: f64 = blocks.iter().map(|b| b.acquisitions).sum();
-    if acquisitions <= 0.0 {
-        return Figures::default();
-    }
-    let secs: f64 = blocks
-        .iter()
-        .filter(|b| b.per_second > 0.0)
-        .map(|b| b.acquisitions / b.per_second)
-        .sum();
-    let per_acq = |f: fn(&Figures) -> f64| {
-        blocks.iter().map(|b| f(b) * b.acquisitions).sum::<f64>() / acquisitions
-    };
-    let mid = |f: fn(&Figures) -> f64| {
-        let mut v: Vec<f64> = blocks.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Figures {
-        per_second: acquisitions / secs.max(f64::MIN_POSITIVE),
-        p50_us: mid(|b| b.p50_us),
-        p99_us: mid(|b| b.p99_us),
-        cpu_us_per_acq: per_acq(|b| b.cpu_us_per_acq),
-        acquisitions,
-        server_us_per_acq: per_acq(|b| b.server_us_per_acq),
-        notifications: per_acq(|b| b.notifications),
-    }
-}
-
-fn median(v: &[Figures]) -> Figures {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
 fn report(rows: &[(String, Figures, Figures, Figures)]) {
     println!(
         "\n{:<22}{:>11}{:>11}{:>11}{:>9}{:>9}{:>11}{:>11}{:>11}{:>9}{:>9}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}",
@@ -360,259 +295,6 @@ fn report(rows: &[(String, Figures, Figures, Figures)]) {
             );
         }
     }
-}
-
-/// Rounds of our contended loop until one adds less than 20 ms of JIT compile time on the
-/// server (at most 30 rounds).
-fn warm_server(server: &TestingServer, clients: &[Client], quick: bool) -> String {
-    let Some(pid) = server.pid() else {
-        return "no pid".into();
-    };
-    let compile_secs = || -> Option<f64> {
-        let out = Command::new("jstat")
-            .args(["-compiler", &pid.to_string()])
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().nth(1)?;
-        line.split_whitespace().nth(3)?.parse().ok()
-    };
-    let started = Instant::now();
-    let mut last = compile_secs();
-    for round in 1..=30 {
-        let _ = contend(
-            Kind::Mutex,
-            clients,
-            "/bench/peers/server-warm",
-            Duration::ZERO,
-            Duration::from_millis(if quick { 200 } else { 500 }),
-        );
-        let now = compile_secs();
-        let added = match (last, now) {
-            (Some(a), Some(b)) => b - a,
-            _ => 0.0,
-        };
-        last = now;
-        if added < 0.02 || (quick && round >= 2) {
-            return format!(
-                "{round} rounds, {:.1} s, last round added {:.0} ms of JIT",
-                started.elapsed().as_secs_f64(),
-                added * 1000.0
-            );
-        }
-    }
-    "30 rounds (JIT still busy)".into()
-}
-
-fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
-    let mutex = InterProcessMutex::new(client, path).expect("lock");
-    let mut t = Vec::with_capacity(rounds);
-    let cpu = process_cpu();
-    for _ in 0..rounds {
-        let s = Instant::now();
-        let g = mutex.acquire().expect("acquire");
-        t.push(s.elapsed());
-        drop(g);
-    }
-    uncontended_figures(&mut t, process_cpu() - cpu)
-}
-
-/// An uncontended block's figures: acquire latencies and the CPU the block used.
-fn uncontended_figures(latencies: &mut [Duration], cpu: Duration) -> Figures {
-    let rounds = latencies.len().max(1) as f64;
-    Figures {
-        per_second: 0.0,
-        p50_us: pct(latencies, 0.5),
-        p99_us: pct(latencies, 0.99),
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds,
-        acquisitions: latencies.len() as f64,
-        ..Default::default()
-    }
-}
-
-fn contend_ours(kind: Kind, clients: &[Client], path: &str, run_for: Duration) -> Figures {
-    let cpu = process_cpu();
-    let r = contend(kind, clients, path, Duration::ZERO, run_for);
-    let cpu = process_cpu() - cpu;
-    Figures {
-        per_second: r.per_second,
-        p50_us: r.handoff_p50_us,
-        p99_us: r.handoff_p99_us,
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / r.acquisitions.max(1) as f64,
-        acquisitions: r.acquisitions as f64,
-        notifications: r.notifications_per_release,
-        ..Default::default()
-    }
-}
-
-/// What a `zookeeper-client` contender's thread is asked to do.
-enum Task {
-    /// Timed acquire, awaited delete, `rounds` times; the acquire latencies come back.
-    Uncontended {
-        dir: String,
-        rounds: usize,
-        done: std::sync::mpsc::Sender<Vec<Duration>>,
-    },
-    /// The contended loop until `stop`.
-    Contend {
-        dir: String,
-        shared: Arc<Shared>,
-        done: std::sync::mpsc::Sender<()>,
-    },
-}
-
-/// State of one contended run, shared by its contenders.
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    count: AtomicU64,
-    released_at: Mutex<Option<Instant>>,
-    handoffs: Mutex<Vec<Duration>>,
-}
-
-/// `zookeeper-client` contenders: each its own session on a current-thread runtime that its
-/// own thread drives all the time (so the client's pings go out between runs too).
-struct ZkcContenders {
-    connect: String,
-    tasks: Vec<tokio::sync::mpsc::UnboundedSender<Task>>,
-    threads: Vec<thread::JoinHandle<()>>,
-}
-
-impl ZkcContenders {
-    fn connect(connect: &str, n: usize) -> ZkcContenders {
-        let mut tasks = Vec::new();
-        let mut threads = Vec::new();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        for _ in 0..n {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
-            let (connect, ready) = (connect.to_owned(), ready_tx.clone());
-            threads.push(thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async move {
-                    let c = zookeeper_client::Client::connect(&connect)
-                        .await
-                        .expect("zookeeper-client connect");
-                    let _ = ready.send(());
-                    while let Some(task) = rx.recv().await {
-                        match task {
-                            Task::Uncontended { dir, rounds, done } => {
-                                let mut t = Vec::with_capacity(rounds);
-                                for _ in 0..rounds {
-                                    t.push(zkc_round(&c, &dir, None).await);
-                                }
-                                let _ = done.send(t);
-                            }
-                            Task::Contend { dir, shared, done } => {
-                                while !shared.stop.load(Ordering::Relaxed) {
-                                    zkc_round(&c, &dir, Some(&shared)).await;
-                                }
-                                let _ = done.send(());
-                            }
-                        }
-                    }
-                });
-            }));
-            tasks.push(tx);
-        }
-        for _ in 0..n {
-            ready_rx.recv().expect("a zookeeper-client contender died");
-        }
-        ZkcContenders {
-            connect: connect.to_owned(),
-            tasks,
-            threads,
-        }
-    }
-
-    fn ensure(&self, dir: &str) {
-        // Made by one of our clients (the lock recipe needs its parent).
-        let c = Client::connect(&self.connect).expect("connect");
-        c.ensure_path(dir).expect("path");
-    }
-
-    fn uncontended(&self, dir: &str, rounds: usize) -> Figures {
-        self.ensure(dir);
-        let (done, results) = std::sync::mpsc::channel();
-        let cpu = process_cpu();
-        let _ = self.tasks[0].send(Task::Uncontended {
-            dir: dir.to_owned(),
-            rounds,
-            done,
-        });
-        let mut t = results.recv().expect("uncontended run");
-        uncontended_figures(&mut t, process_cpu() - cpu)
-    }
-
-    /// The same contended loop as ours: handoff from release to the next acquire's return.
-    fn contend(&self, n: usize, dir: &str, run_for: Duration) -> Figures {
-        self.ensure(dir);
-        let shared = Arc::new(Shared::default());
-        let (done, finished) = std::sync::mpsc::channel();
-        let cpu = process_cpu();
-        let began = Instant::now();
-        for tx in &self.tasks[..n] {
-            let _ = tx.send(Task::Contend {
-                dir: dir.to_owned(),
-                shared: shared.clone(),
-                done: done.clone(),
-            });
-        }
-        thread::sleep(run_for);
-        shared.stop.store(true, Ordering::Relaxed);
-        let counted = shared.count.load(Ordering::Relaxed);
-        let secs = began.elapsed().as_secs_f64();
-        for _ in 0..n {
-            finished.recv().expect("a contender finished");
-        }
-        let cpu = process_cpu() - cpu;
-        let mut h = shared.handoffs.lock().unwrap().clone();
-        Figures {
-            per_second: counted as f64 / secs,
-            p50_us: pct(&mut h, 0.5),
-            p99_us: pct(&mut h, 0.99),
-            cpu_us_per_acq: cpu.as_secs_f64() * 1e6
-                / shared.count.load(Ordering::Relaxed).max(1) as f64,
-            acquisitions: shared.count.load(Ordering::Relaxed) as f64,
-            ..Default::default()
-        }
-    }
-}
-
-impl Drop for ZkcContenders {
-    fn drop(&mut self) {
-        self.tasks.clear(); // closes every task channel: the threads end
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// One acquisition with `zookeeper-client`: acquire (timed), note the handoff if contended,
-/// release by the awaited delete of the lock node (its guard would only delete in the
-/// background on drop).
-async fn zkc_round(c: &zookeeper_client::Client, dir: &str, shared: Option<&Shared>) -> Duration {
-    let s = Instant::now();
-    let prefix = zookeeper_client::LockPrefix::new_curator(dir, "lock-").expect("prefix");
-    let lock = c
-        .lock(prefix, b"", zookeeper_client::Acls::anyone_all())
-        .await
-        .expect("zookeeper-client lock");
-    let took = s.elapsed();
-    if let Some(sh) = shared {
-        let now = Instant::now();
-        if let Some(r) = sh.released_at.lock().unwrap().take() {
-            sh.handoffs.lock().unwrap().push(now - r);
-        }
-        sh.count.fetch_add(1, Ordering::Relaxed);
-        *sh.released_at.lock().unwrap() = Some(Instant::now());
-    }
-    let node = lock.lock_path().to_owned();
-    std::mem::forget(lock);
-    c.delete(&node, None).await.expect("delete");
-    took
 }
 
 /// The Curator driver: one JVM for the whole run, commands on its standard input.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use rstest::rstest;
-use zk_recipes::testing::{expire_session, TestingServer};
+use zk_recipes::testing::{expire_session, FaultProxy, TestingServer};
 use zk_recipes::{ConnectionState::*, CreateMode, Error, Op, OpResult};
 
 #[rstest]
@@ -390,5 +390,43 @@ fn an_unreachable_new_server_list_falls_back_to_the_connect_string() {
     next_state(&sub, Suspended);
     next_state(&sub, Reconnected);
     assert_eq!(client.session_id(), id, "the same session");
+    assert!(client.exists("/").unwrap().is_some());
+}
+
+/// A list that moves the client, given while the client is in the middle of a handshake (its
+/// connect request sent, the answer not yet in), ends that handshake at once: the client does
+/// not wait out the attempt's timeout (20 s here: a third of the 60 s session) on a server it
+/// is leaving.
+#[test]
+fn a_move_decided_during_a_handshake_ends_that_handshake_at_once() {
+    let f = faulty();
+    let other = FaultProxy::start(f.server.addr()).expect("a second way in");
+    let client = builder(&f.proxy.connect_string())
+        .session_timeout(Duration::from_secs(60))
+        .connection_timeout(Duration::from_secs(60))
+        .connect()
+        .unwrap();
+    let id = client.session_id();
+    let sub = client.subscribe();
+    // The next handshake through the first proxy reaches the server, its answer never returns.
+    f.proxy.hold_replies();
+    f.proxy.cut();
+    next_state(&sub, Suspended);
+    wait_for(SOON, || {
+        (f.proxy.accepted() >= 2 && f.proxy.held_bytes() > 0).then_some(())
+    })
+    .expect("the client reconnects and its handshake's answer is held");
+
+    assert!(
+        client.update_hosts(&other.connect_string()).unwrap(),
+        "its server left the list"
+    );
+    // Half the attempt's timeout: the promise is "now", the fault would cost 20 s.
+    let e = sub
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the client left the held handshake at once");
+    assert_eq!(e.state, Reconnected, "{e:?}");
+    assert_eq!(client.session_id(), id, "the same session");
+    assert!(other.accepted() >= 1, "it reconnected through the new list");
     assert!(client.exists("/").unwrap().is_some());
 }

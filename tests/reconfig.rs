@@ -120,3 +120,68 @@ fn a_client_that_follows_the_ensemble_survives_the_loss_of_every_server_it_was_g
     assert_eq!(follower.session_id(), id, "the same session");
     guard.check().expect("the hold survives");
 }
+
+/// A configuration in which some members publish no client address (their `clientPort` stays
+/// in their static files, the layout of ensembles older than 3.5) does not say where the
+/// ensemble serves clients: a client that follows the ensemble keeps its connect string
+/// instead of narrowing it to the members the configuration names, and survives the loss of
+/// the one member that does publish an address.
+#[test]
+fn a_configuration_without_every_client_address_is_not_followed() {
+    init_logs();
+    // Members 2 and 3 keep their client ports in their static files.
+    let cluster =
+        TestingCluster::reconfigurable_with_static_clients(3, 0, &[1, 2], ServerOptions::default())
+            .unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let admin = connect(&cluster.addr(1).to_string(), Duration::from_secs(10));
+    let (partial, _) = admin.ensemble_config().unwrap();
+    assert!(partial.client_hosts().is_none(), "{partial:?}");
+    assert_eq!(
+        partial
+            .servers
+            .iter()
+            .filter(|m| m.client.is_some())
+            .count(),
+        1,
+        "{partial:?}"
+    );
+
+    let given: Vec<String> = (0..3).map(|i| cluster.addr(i).to_string()).collect();
+    let follower = builder(&given.join(","))
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .follow_ensemble(true)
+        .connect()
+        .unwrap();
+    let id = follower.session_id();
+    // The client has read the configuration once its watch on it is on its server (the
+    // decision follows the read at once, on the same thread).
+    let session = format!("0x{:x}", id.expect("a session").0);
+    wait_for(SOON, || {
+        (0..3)
+            .filter_map(|i| cluster.four_letter(i, "wchp").ok())
+            .any(|w| {
+                w.split("/zookeeper/config")
+                    .nth(1)
+                    .and_then(|rest| rest.split("\n/").next())
+                    .is_some_and(|watchers| watchers.contains(&session))
+            })
+            .then_some(())
+    })
+    .expect("the client watches the configuration");
+    let mut now = follower.servers();
+    now.sort();
+    let mut want = given.clone();
+    want.sort();
+    assert_eq!(now, want, "the connect string stays in force");
+
+    // The one member that publishes its client address dies: the others still serve.
+    let path = root("partial-config");
+    let mutex = InterProcessMutex::new(&follower, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    cluster.kill(0);
+    follower.sync(&path).unwrap();
+    assert_eq!(follower.session_id(), id, "the same session");
+    guard.check().expect("the hold survives");
+}

@@ -45,6 +45,42 @@ fn a_client_that_trusts_the_servers_ca_works_over_tls() {
 }
 
 #[test]
+fn a_server_asked_for_both_serves_tls_and_plaintext_clients_of_one_tree() {
+    // The TLS bench's server: TLS and plaintext clients of the same server side by side.
+    let pki = Pki::new("both");
+    init_logs();
+    let server = TestingServer::with_options(ServerOptions {
+        tls: Some(zk_recipes::testing::ServerTls {
+            plaintext_too: true,
+            ..pki.server(false)
+        }),
+        ..ServerOptions::default()
+    })
+    .expect("a server with both ports");
+    let plain = server.plaintext_connect_string().expect("a plaintext port");
+    assert_ne!(plain, server.connect_string());
+    let secure = tls_client(&server, TlsOptions::new(pki.ca())).expect("a TLS session");
+    let path = root("both");
+    secure
+        .create(&path, b"written over tls", CreateMode::Persistent)
+        .unwrap();
+    let plaintext = Client::builder(&plain)
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .expect("a plaintext session");
+    assert_eq!(plaintext.data(&path).unwrap().0, b"written over tls");
+    // A plaintext client on the TLS port gets no session: the ports are what they say.
+    let e = Client::builder(&server.connect_string())
+        .connection_timeout(Duration::from_secs(1))
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ConnectionLoss | Error::Timeout { .. }),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn a_server_certificate_from_another_ca_fails_connect_with_a_tls_error() {
     let pki = Pki::new("server side");
     let server = tls_server(&pki, false);

@@ -2,6 +2,9 @@
 //! and JSON-line output.
 #![allow(dead_code)]
 
+pub mod figures;
+pub mod zkc;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -26,11 +29,16 @@ pub fn args() -> Args {
     }
 }
 
-pub fn server(args: &Args) -> TestingServer {
+/// Logs errors only (and nothing from the raw `zookeeper` crate), unless `RUST_LOG` says more.
+pub fn init_logs() {
     let _ = env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or("error,zookeeper=off"),
     )
     .try_init();
+}
+
+pub fn server(args: &Args) -> TestingServer {
+    init_logs();
     TestingServer::with_options(ServerOptions {
         force_sync: args.fsync,
         ..Default::default()
@@ -299,6 +307,16 @@ pub fn process_cpu() -> Duration {
 
 /// CPU time process `pid` has used so far.
 pub fn cpu_of(pid: &str) -> Duration {
+    stat_ticks(pid, [11, 12])
+}
+
+/// CPU time this process's finished (waited-for) children have used so far.
+pub fn children_cpu() -> Duration {
+    stat_ticks("self", [13, 14])
+}
+
+/// The sum of some clock-tick fields of `/proc/<pid>/stat` (counted after the command name).
+fn stat_ticks(pid: &str, which: [usize; 2]) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
@@ -306,7 +324,7 @@ pub fn cpu_of(pid: &str) -> Duration {
         .unwrap_or("")
         .split_whitespace()
         .collect();
-    let ticks: u64 = [11, 12]
+    let ticks: u64 = which
         .iter()
         .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
         .sum();

@@ -43,7 +43,7 @@ impl TestingCluster {
 
     /// Starts an `n`-server ensemble with `options`.
     pub fn with_options(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, false, false)
+        TestingCluster::build(n, 0, options, false, false, &[])
     }
 
     /// Starts an `n`-member ensemble that can change its membership (`reconfigEnabled`, every
@@ -54,12 +54,26 @@ impl TestingCluster {
     pub fn reconfigurable(
         n: usize,
         spare: usize,
+        options: ServerOptions,
+    ) -> Result<TestingCluster, HarnessError> {
+        TestingCluster::reconfigurable_with_static_clients(n, spare, &[], options)
+    }
+
+    /// A [`reconfigurable`](Self::reconfigurable) ensemble in which the members in
+    /// `static_clients` keep their client port in their own static file, the layout of
+    /// ensembles from before 3.5: their lines in the configuration (`/zookeeper/config`) name
+    /// no client address, although they serve clients. (A reconfiguration cannot make such a
+    /// line: the server refuses a joining member without a client address.)
+    pub fn reconfigurable_with_static_clients(
+        n: usize,
+        spare: usize,
+        static_clients: &[usize],
         mut options: ServerOptions,
     ) -> Result<TestingCluster, HarnessError> {
         options
             .system_properties
             .push(("zookeeper.skipACL".into(), "yes".into()));
-        TestingCluster::build(n, spare, options, false, true)
+        TestingCluster::build(n, spare, options, false, true, static_clients)
     }
 
     /// The `server.N=...` line of member `i`, as a reconfiguration that adds it takes it.
@@ -95,7 +109,7 @@ impl TestingCluster {
     /// which is its own listening port, so the link would bypass any proxy. A member whose
     /// quorum links are cut may still vote, but can neither follow nor lead anyone.
     pub fn partitionable(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, true, false)
+        TestingCluster::build(n, 0, options, true, false, &[])
     }
 
     fn build(
@@ -104,6 +118,7 @@ impl TestingCluster {
         mut options: ServerOptions,
         partitionable: bool,
         dynamic: bool,
+        static_clients: &[usize],
     ) -> Result<TestingCluster, HarnessError> {
         let total = n + spare;
         if n == 0 {
@@ -123,11 +138,15 @@ impl TestingCluster {
             held.push(l);
         }
         drop(held);
-        // A member's line: with its client address for a reconfigurable ensemble.
+        // A member's line: with its client address for a reconfigurable ensemble, unless the
+        // member keeps it in its static file.
         let spec = |j: usize, quorum: u16| {
             let mut line = format!("server.{}=127.0.0.1:{}:{}", j + 1, quorum, ports[3 * j + 2]);
             if dynamic {
-                let _ = write!(line, ":participant;127.0.0.1:{}", ports[3 * j]);
+                line.push_str(":participant");
+                if !static_clients.contains(&j) {
+                    let _ = write!(line, ";127.0.0.1:{}", ports[3 * j]);
+                }
             }
             line
         };
@@ -156,8 +175,8 @@ impl TestingCluster {
             let data = member_dir.join("data");
             std::fs::create_dir_all(&data)?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
-            let mut cfg = options.base_config(&data, ports[3 * i]);
-            if dynamic {
+            let mut cfg = options.base_config(&data, ports[3 * i], None);
+            if dynamic && !static_clients.contains(&i) {
                 // The client address is in the member's line.
                 cfg = cfg
                     .lines()
@@ -347,14 +366,21 @@ impl TestingCluster {
     pub fn leader(&self) -> Option<usize> {
         (0..self.members.len()).find(|&i| {
             self.members[i].jvm.lock().is_some()
-                && four_letter_over(
-                    self.addr(i),
-                    "srvr",
-                    Duration::from_secs(2),
-                    &self.options.security(),
-                )
-                .is_ok_and(|a| mode_of(&a) == Some("leader"))
+                && self
+                    .four_letter(i, "srvr")
+                    .is_ok_and(|a| mode_of(&a) == Some("leader"))
         })
+    }
+
+    /// Sends a four-letter word (`srvr`, `wchp`, `cons`, ...) to member `i` and returns the
+    /// answer.
+    pub fn four_letter(&self, i: usize, word: &str) -> std::io::Result<String> {
+        four_letter_over(
+            self.addr(i),
+            word,
+            Duration::from_secs(2),
+            &self.options.security(),
+        )
     }
 
     /// Waits until some member is leader, at most `timeout`.

@@ -97,7 +97,8 @@ impl FaultProxy {
         self.addr.to_string()
     }
 
-    /// Closes every current connection now.
+    /// Closes every current connection now; what they held is dropped
+    /// ([`held_bytes`](Self::held_bytes) starts again from zero).
     pub fn cut(&self) {
         for c in self.shared.conns.lock().drain(..) {
             c.cut.store(true, Ordering::SeqCst);
@@ -105,6 +106,7 @@ impl FaultProxy {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
+        self.shared.held.store(0, Ordering::SeqCst);
     }
 
     /// Holds every byte in both directions until [`heal`](Self::heal), keeping sockets open.

@@ -71,6 +71,11 @@ pub struct ServerTls {
     pub client_auth_required: bool,
     /// What the harness itself uses to talk to the server (readiness, four-letter words).
     pub client: crate::TlsOptions,
+    /// A [`TestingServer`] also opens a plaintext `clientPort` on the same Netty connection
+    /// factory ([`TestingServer::plaintext_connect_string`]): TLS and plaintext clients of one
+    /// server, side by side (the TLS bench). A [`TestingCluster`](super::TestingCluster)'s
+    /// members stay TLS only.
+    pub plaintext_too: bool,
 }
 
 impl Default for ServerOptions {
@@ -187,13 +192,33 @@ impl ServerOptions {
         false
     }
 
-    /// The common part of `zoo.cfg`.
-    pub(crate) fn base_config(&self, data_dir: &Path, client_port: u16) -> String {
+    /// A plaintext port beside the TLS one, for a single server
+    /// (`ServerTls::plaintext_too`).
+    fn wants_plaintext_too(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.as_ref().is_some_and(|t| t.plaintext_too);
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
+    /// The common part of `zoo.cfg`: `client_port` is the TLS port if TLS is on, and
+    /// `plain_port` a plaintext one beside it.
+    pub(crate) fn base_config(
+        &self,
+        data_dir: &Path,
+        client_port: u16,
+        plain_port: Option<u16>,
+    ) -> String {
         let mut cfg = String::new();
         let _ = writeln!(cfg, "tickTime={}", self.tick_time.as_millis());
         let _ = writeln!(cfg, "dataDir={}", data_dir.display());
-        if !self.add_tls(&mut cfg, client_port) {
-            let _ = writeln!(cfg, "clientPort={client_port}");
+        let plain_port = if self.add_tls(&mut cfg, client_port) {
+            plain_port
+        } else {
+            Some(client_port)
+        };
+        if let Some(port) = plain_port {
+            let _ = writeln!(cfg, "clientPort={port}");
             let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");
         }
         let _ = writeln!(
@@ -267,6 +292,8 @@ pub(crate) fn wait_ready(
 /// ```
 pub struct TestingServer {
     port: u16,
+    /// A plaintext port beside the TLS one (`ServerTls::plaintext_too`).
+    plain_port: Option<u16>,
     options: ServerOptions,
     classpath: String,
     dir: TempDir,
@@ -285,11 +312,16 @@ impl TestingServer {
         let dir = TempDir::new("server")?;
         options.prepare(dir.path())?;
         let port = jvm::free_port()?;
+        let plain_port = match options.wants_plaintext_too() {
+            true => Some(jvm::free_port()?),
+            false => None,
+        };
         std::fs::create_dir_all(dir.path().join("data"))?;
-        let cfg = options.base_config(&dir.path().join("data"), port);
+        let cfg = options.base_config(&dir.path().join("data"), port, plain_port);
         std::fs::write(dir.path().join("zoo.cfg"), cfg)?;
         let server = TestingServer {
             port,
+            plain_port,
             options,
             classpath,
             dir,
@@ -335,6 +367,12 @@ impl TestingServer {
     /// `127.0.0.1:<port>`.
     pub fn connect_string(&self) -> String {
         self.addr().to_string()
+    }
+
+    /// `127.0.0.1:<port>` of the plaintext port a TLS server also opens if asked
+    /// (`ServerTls::plaintext_too`, feature `tls`); `None` otherwise.
+    pub fn plaintext_connect_string(&self) -> Option<String> {
+        self.plain_port.map(|p| format!("127.0.0.1:{p}"))
     }
 
     /// The server's own directory (configuration, data, log), removed when the server is

@@ -94,6 +94,7 @@ impl Pki {
             trust_store: self.ca(),
             client_auth_required,
             client: self.client("harness"),
+            plaintext_too: false,
         }
     }
 }

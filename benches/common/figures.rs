@@ -1,0 +1,156 @@
+//! One configuration's figures for one client, and the pieces every peer bench measures ours
+//! with: the server warmed until its JIT is quiet, uncontended and contended runs, alternated
+//! blocks combined.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zk_recipes::testing::TestingServer;
+use zk_recipes::{Client, InterProcessMutex};
+
+use super::{contend, cpu_of, pct, process_cpu, Kind};
+
+/// One configuration's figures for one client.
+#[derive(Clone, Copy, Default)]
+pub struct Figures {
+    pub per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub cpu_us_per_acq: f64,
+    /// How many acquisitions the figures are of.
+    pub acquisitions: f64,
+    /// The server's CPU per acquisition while this client ran (the same server for all).
+    pub server_us_per_acq: f64,
+    /// Ours only: watch notifications per release.
+    pub notifications: f64,
+}
+
+/// Runs one measurement and adds the server's CPU per acquisition during it.
+pub fn on_server(server: &TestingServer, run: impl FnOnce() -> Figures) -> Figures {
+    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let before = cpu_of(&pid);
+    let mut figures = run();
+    let used = cpu_of(&pid).saturating_sub(before);
+    figures.server_us_per_acq = used.as_secs_f64() * 1e6 / figures.acquisitions.max(1.0);
+    figures
+}
+
+/// Alternated blocks of one contended configuration as one: throughput over the blocks' total
+/// time, CPU and notifications per acquisition over all of them, latencies the blocks' median.
+pub fn combine(blocks: &[Figures]) -> Figures {
+    let acquisitions: f64 = blocks.iter().map(|b| b.acquisitions).sum();
+    if acquisitions <= 0.0 {
+        return Figures::default();
+    }
+    let secs: f64 = blocks
+        .iter()
+        .filter(|b| b.per_second > 0.0)
+        .map(|b| b.acquisitions / b.per_second)
+        .sum();
+    let per_acq = |f: fn(&Figures) -> f64| {
+        blocks.iter().map(|b| f(b) * b.acquisitions).sum::<f64>() / acquisitions
+    };
+    let mid = |f: fn(&Figures) -> f64| {
+        let mut v: Vec<f64> = blocks.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Figures {
+        per_second: acquisitions / secs.max(f64::MIN_POSITIVE),
+        p50_us: mid(|b| b.p50_us),
+        p99_us: mid(|b| b.p99_us),
+        cpu_us_per_acq: per_acq(|b| b.cpu_us_per_acq),
+        acquisitions,
+        server_us_per_acq: per_acq(|b| b.server_us_per_acq),
+        notifications: per_acq(|b| b.notifications),
+    }
+}
+
+pub fn median(v: &[Figures]) -> Figures {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Rounds of our contended loop until one adds less than 20 ms of JIT compile time on the
+/// server (at most 30 rounds).
+pub fn warm_server(server: &TestingServer, clients: &[Client], quick: bool) -> String {
+    let Some(pid) = server.pid() else {
+        return "no pid".into();
+    };
+    let compile_secs = || -> Option<f64> {
+        let out = Command::new("jstat")
+            .args(["-compiler", &pid.to_string()])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().nth(1)?;
+        line.split_whitespace().nth(3)?.parse().ok()
+    };
+    let started = Instant::now();
+    let mut last = compile_secs();
+    for round in 1..=30 {
+        let _ = contend(
+            Kind::Mutex,
+            clients,
+            "/bench/peers/server-warm",
+            Duration::ZERO,
+            Duration::from_millis(if quick { 200 } else { 500 }),
+        );
+        let now = compile_secs();
+        let added = match (last, now) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0.0,
+        };
+        last = now;
+        if added < 0.02 || (quick && round >= 2) {
+            return format!(
+                "{round} rounds, {:.1} s, last round added {:.0} ms of JIT",
+                started.elapsed().as_secs_f64(),
+                added * 1000.0
+            );
+        }
+    }
+    "30 rounds (JIT still busy)".into()
+}
+
+pub fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
+    let mutex = InterProcessMutex::new(client, path).expect("lock");
+    let mut t = Vec::with_capacity(rounds);
+    let cpu = process_cpu();
+    for _ in 0..rounds {
+        let s = Instant::now();
+        let g = mutex.acquire().expect("acquire");
+        t.push(s.elapsed());
+        drop(g);
+    }
+    uncontended_figures(&mut t, process_cpu() - cpu)
+}
+
+/// An uncontended block's figures: acquire latencies and the CPU the block used.
+pub fn uncontended_figures(latencies: &mut [Duration], cpu: Duration) -> Figures {
+    let rounds = latencies.len().max(1) as f64;
+    Figures {
+        per_second: 0.0,
+        p50_us: pct(latencies, 0.5),
+        p99_us: pct(latencies, 0.99),
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds,
+        acquisitions: latencies.len() as f64,
+        ..Default::default()
+    }
+}
+
+pub fn contend_ours(kind: Kind, clients: &[Client], path: &str, run_for: Duration) -> Figures {
+    let cpu = process_cpu();
+    let r = contend(kind, clients, path, Duration::ZERO, run_for);
+    let cpu = process_cpu() - cpu;
+    Figures {
+        per_second: r.per_second,
+        p50_us: r.handoff_p50_us,
+        p99_us: r.handoff_p99_us,
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / r.acquisitions.max(1) as f64,
+        acquisitions: r.acquisitions as f64,
+        notifications: r.notifications_per_release,
+        ..Default::default()
+    }
+}
