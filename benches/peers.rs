@@ -26,8 +26,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use common::figures::*;
+use common::shared_floor::SharedFloor;
+use common::wire;
 use common::zkc::ZkcContenders;
 use common::*;
+use zk_recipes::Client;
 
 const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
 
@@ -69,9 +72,16 @@ fn main() {
             json("peers", &[("curator_jit_quiet", "false".into())]);
         }
     }
-    // Our side and zookeeper-client get the same untimed warm-up loops.
+    // Our side, zookeeper-client and the wire floor get the same untimed warm-up loops.
+    let floor = Floor::new(&connect, &ours[0]);
     for i in 0..3 {
         let _ = uncontended_ours(&ours[0], &format!("/bench/peers/ours-warm-{i}"), 300);
+        let _ = floor.uncontended(&format!("/bench/peers/floor-warm-{i}"), 300);
+        let _ = floor.contend(
+            8.min(most),
+            &format!("/bench/peers/floor-warm-c{i}"),
+            run_for / 3,
+        );
         let _ = zkc.uncontended(&format!("/bench/peers/zkc-warm-{i}"), 300);
         let _ = zkc.contend(
             8.min(most),
@@ -80,11 +90,16 @@ fn main() {
         );
     }
 
+    floor_agrees(&floor, &connect, args.quick);
+
     let mut rows = Vec::new();
-    // 3. Uncontended acquire (acquire latency; release not timed), blocks alternated.
+    // 3. Uncontended acquire and release, blocks alternated.
     let rounds = if args.quick { 300 } else { 2000 };
-    let (mut o, mut z, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut o, mut z, mut c, mut f) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for block in 0..3 {
+        f.push(on_server(&server, || {
+            floor.uncontended(&format!("/bench/peers/u-floor-{block}"), rounds)
+        }));
         o.push(on_server(&server, || {
             uncontended_ours(&ours[0], &format!("/bench/peers/u-ours-{block}"), rounds)
         }));
@@ -97,12 +112,9 @@ fn main() {
             zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds)
         }));
     }
-    rows.push((
-        "uncontended acquire".to_string(),
-        median(&o),
-        median(&z),
-        median(&c),
-    ));
+    let row = [median(&o), median(&z), median(&c), median(&f)];
+    rows.push(("uncontended acquire".to_string(), row));
+    rows.push(("uncontended release".to_string(), row.map(release)));
 
     // 4. Contended mutex, hold 0, at every N (and once at 256), in alternated blocks whose
     // order rotates, so that no client always runs right after another one's load.
@@ -111,11 +123,11 @@ fn main() {
     let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {
         let path = format!("/bench/peers/m{n}");
-        let (mut o, mut z, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut o, mut z, mut c, mut f) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for block in 0..blocks {
-            for turn in 0..3 {
+            for turn in 0..4 {
                 let dir = format!("{path}-{block}");
-                match (block + turn) % 3 {
+                match (block + turn) % 4 {
                     0 => o.push(on_server(&server, || {
                         contend_ours(Kind::Mutex, &ours[..n], &format!("{dir}-ours"), block_for)
                     })),
@@ -124,8 +136,11 @@ fn main() {
                             cur.run("mutex", &format!("{dir}-cur"), n, block_for)
                         })
                     })),
-                    _ => z.push(on_server(&server, || {
+                    2 => z.push(on_server(&server, || {
                         zkc.contend(n, &format!("{dir}-zkc"), block_for)
+                    })),
+                    _ => f.push(on_server(&server, || {
+                        floor.contend(n, &format!("{dir}-floor"), block_for)
                     })),
                 }
             }
@@ -138,7 +153,10 @@ fn main() {
             Figures::default()
         };
         curve.push((n, ours_fig, zkc_fig, cur_fig, herd));
-        rows.push((format!("mutex N={n}"), ours_fig, zkc_fig, cur_fig));
+        rows.push((
+            format!("mutex N={n}"),
+            [ours_fig, zkc_fig, cur_fig, combine(&f)],
+        ));
     }
     // 5. The semaphore mutex and the read/write lock (10 % writes), N = 8, against Curator.
     for (kind, name) in [(Kind::Semaphore, "semaphore"), (Kind::RwLock, "rwlock")] {
@@ -163,9 +181,12 @@ fn main() {
         }
         rows.push((
             format!("{name} N={n}"),
-            combine(&o),
-            Figures::default(),
-            combine(&c),
+            [
+                combine(&o),
+                Figures::default(),
+                combine(&c),
+                Figures::default(),
+            ],
         ));
     }
     if let Some(mut c) = curator {
@@ -221,79 +242,204 @@ fn plot(
     )
 }
 
-fn report(rows: &[(String, Figures, Figures, Figures)]) {
+/// Each configuration's figures: ours, `zookeeper-client`'s, Curator's and the wire floor's.
+type Row = (String, [Figures; 4]);
+
+fn report(rows: &[Row]) {
+    const WHO: [&str; 4] = ["ours", "zkc", "curator", "floor"];
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     println!(
-        "\n{:<22}{:>11}{:>11}{:>11}{:>9}{:>9}{:>11}{:>11}{:>11}{:>9}{:>9}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}",
+        "\n{:<22}{:>9}{:>9}{:>9}{:>9}{:>7}{:>7}{:>7}{:>8}{:>8}{:>8}{:>8}{:>7}{:>7}{:>7}{:>6}{:>6}{:>6}{:>6}",
         "",
         "ours/s",
         "zkc/s",
         "cur/s",
+        "floor/s",
         "÷zkc",
         "÷cur",
-        "ours p50",
-        "zkc p50",
-        "cur p50",
-        "÷zkc",
-        "÷cur",
-        "cpu us",
+        "÷flr",
+        "ours",
         "zkc",
         "cur",
-        "srv us",
+        "floor",
+        "÷zkc",
+        "÷cur",
+        "÷flr",
+        "cpu",
         "zkc",
-        "cur"
+        "cur",
+        "flr",
     );
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
-    for (name, o, z, c) in rows {
-        json(
-            "peers",
-            &[
-                ("config", s(name)),
-                ("ours_per_second", f(o.per_second)),
-                ("zkc_per_second", f(z.per_second)),
-                ("curator_per_second", f(c.per_second)),
-                ("ours_p50_us", f(o.p50_us)),
-                ("zkc_p50_us", f(z.p50_us)),
-                ("curator_p50_us", f(c.p50_us)),
-                ("ours_p99_us", f(o.p99_us)),
-                ("zkc_p99_us", f(z.p99_us)),
-                ("curator_p99_us", f(c.p99_us)),
-                ("ours_cpu_us_per_acq", f(o.cpu_us_per_acq)),
-                ("ours_notifications_per_release", f(o.notifications)),
-                ("zkc_cpu_us_per_acq", f(z.cpu_us_per_acq)),
-                ("curator_cpu_us_per_acq", f(c.cpu_us_per_acq)),
-                ("ours_server_us_per_acq", f(o.server_us_per_acq)),
-                ("zkc_server_us_per_acq", f(z.server_us_per_acq)),
-                ("curator_server_us_per_acq", f(c.server_us_per_acq)),
-            ],
-        );
+    for (name, figures) in rows {
+        let [o, z, c, fl] = figures;
+        let mut fields = vec![("config", s(name))];
+        for (who, x) in WHO.iter().zip(figures) {
+            fields.extend([
+                (leak(format!("{who}_per_second")), f(x.per_second)),
+                (leak(format!("{who}_p50_us")), f(x.p50_us)),
+                (leak(format!("{who}_p99_us")), f(x.p99_us)),
+                (leak(format!("{who}_cpu_us_per_acq")), f(x.cpu_us_per_acq)),
+                (
+                    leak(format!("{who}_server_us_per_acq")),
+                    f(x.server_us_per_acq),
+                ),
+                (
+                    leak(format!("{who}_requests_per_acq")),
+                    f(x.requests_per_acq),
+                ),
+            ]);
+        }
+        fields.push(("ours_notifications_per_release", f(o.notifications)));
+        json("peers", &fields);
         println!(
-            "{name:<22}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>11.0}{:>11.0}{:>11.0}{:>9.2}{:>9.2}{:>8.0}{:>8.0}{:>8.0}{:>8.0}{:>8.0}{:>8.0}",
+            "{name:<22}{:>9.0}{:>9.0}{:>9.0}{:>9.0}{:>7.2}{:>7.2}{:>7.2}{:>8.0}{:>8.0}{:>8.0}{:>8.0}{:>7.2}{:>7.2}{:>7.2}{:>6.0}{:>6.0}{:>6.0}{:>6.0}",
             o.per_second,
             z.per_second,
             c.per_second,
+            fl.per_second,
             ratio(o.per_second, z.per_second),
             ratio(o.per_second, c.per_second),
+            ratio(o.per_second, fl.per_second),
             o.p50_us,
             z.p50_us,
             c.p50_us,
+            fl.p50_us,
             ratio(o.p50_us, z.p50_us),
             ratio(o.p50_us, c.p50_us),
+            ratio(o.p50_us, fl.p50_us),
             o.cpu_us_per_acq,
             z.cpu_us_per_acq,
             c.cpu_us_per_acq,
-            o.server_us_per_acq,
-            z.server_us_per_acq,
-            c.server_us_per_acq,
+            fl.cpu_us_per_acq,
         );
     }
-    println!("(p50: acquire latency when uncontended, handoff latency when contended)");
-    for (name, o, _, _) in rows {
+    println!(
+        "(p50 in µs: acquire or release latency when uncontended, handoff latency when \
+         contended; cpu: the client's µs per acquisition)"
+    );
+    println!(
+        "\n{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>16}",
+        "", "p99 ours", "floor", "÷floor", "srv µs", "floor", "req ours/floor"
+    );
+    for (name, [o, _, _, fl]) in rows {
+        if fl.acquisitions <= 0.0 {
+            continue;
+        }
+        println!(
+            "{name:<22}{:>10.0}{:>10.0}{:>10.2}{:>10.0}{:>10.0}{:>16}",
+            o.p99_us,
+            fl.p99_us,
+            ratio(o.p99_us, fl.p99_us),
+            o.server_us_per_acq,
+            fl.server_us_per_acq,
+            if o.requests_per_acq > 0.0 {
+                format!("{:.2}/{:.2}", o.requests_per_acq, fl.requests_per_acq)
+            } else {
+                "-".into()
+            },
+        );
+    }
+    for (name, [o, ..]) in rows {
         if o.notifications > 0.0 {
             println!(
                 "{name}: {:.2} watch notifications per release (ours)",
                 o.notifications
             );
         }
+    }
+}
+
+/// A JSON field name built at run time.
+fn leak(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
+}
+
+/// The release's figures of an uncontended row, as a row of their own.
+fn release(x: Figures) -> Figures {
+    Figures {
+        p50_us: x.release_p50_us,
+        p99_us: x.release_p99_us,
+        ..x
+    }
+}
+
+/// Our wire floor against `../shared/floor` on this server, alternated (if that one is built):
+/// the two should agree, or our floor columns mean nothing.
+fn floor_agrees(floor: &Floor, connect: &str, quick: bool) {
+    let Some(shared) = SharedFloor::find(connect) else {
+        println!("../shared/floor is not built: our floor is not checked against it this run");
+        return;
+    };
+    let rounds = if quick { 300 } else { 2000 };
+    let (mut ours_u, mut theirs_u, mut ours_c, mut theirs_c) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for block in 0..3 {
+        ours_u.push(floor.uncontended(&format!("/bench/peers/agree-u-{block}"), rounds));
+        theirs_u.push(shared.uncontended(rounds));
+        ours_c.push(floor.contend(
+            8,
+            &format!("/bench/peers/agree-c-{block}"),
+            Duration::from_secs(1),
+        ));
+        theirs_c.push(shared.contend(8, Duration::from_secs(1)));
+    }
+    let (ou, tu, oc, tc) = (
+        median(&ours_u),
+        median(&theirs_u),
+        combine(&ours_c),
+        combine(&theirs_c),
+    );
+    println!(
+        "wire floor vs ../shared/floor, alternated: uncontended acquire p50 {:.0} / {:.0} µs, \
+         release p50 {:.0} / {:.0} µs; N = 8: {:.0} / {:.0} acq/s, handoff p50 {:.0} / {:.0} µs",
+        ou.p50_us,
+        tu.p50_us,
+        ou.release_p50_us,
+        tu.release_p50_us,
+        oc.per_second,
+        tc.per_second,
+        oc.p50_us,
+        tc.p50_us
+    );
+    json(
+        "peers",
+        &[
+            ("config", s("floor agreement")),
+            ("wire_acquire_p50_us", f(ou.p50_us)),
+            ("shared_acquire_p50_us", f(tu.p50_us)),
+            ("wire_release_p50_us", f(ou.release_p50_us)),
+            ("shared_release_p50_us", f(tu.release_p50_us)),
+            ("wire_n8_per_second", f(oc.per_second)),
+            ("shared_n8_per_second", f(tc.per_second)),
+            ("wire_n8_handoff_p50_us", f(oc.p50_us)),
+            ("shared_n8_handoff_p50_us", f(tc.p50_us)),
+        ],
+    );
+}
+
+/// The benches' own wire floor (`common::wire`) on this server; each measurement on sessions
+/// of its own, made before it and closed after.
+struct Floor<'a> {
+    addr: String,
+    helper: &'a Client,
+}
+
+impl<'a> Floor<'a> {
+    fn new(addr: &str, helper: &'a Client) -> Floor<'a> {
+        Floor {
+            addr: addr.to_owned(),
+            helper,
+        }
+    }
+
+    fn uncontended(&self, dir: &str, rounds: usize) -> Figures {
+        self.helper.ensure_path(dir).expect("path");
+        wire::uncontended(&self.addr, dir, rounds)
+    }
+
+    fn contend(&self, n: usize, dir: &str, run_for: Duration) -> Figures {
+        self.helper.ensure_path(dir).expect("path");
+        wire::contended(&self.addr, dir, n, run_for)
     }
 }
 

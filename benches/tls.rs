@@ -22,11 +22,10 @@ mod common;
 #[path = "../tests/common/pki.rs"]
 mod pki;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::figures::*;
+use common::shared_floor::SharedFloor;
 use common::zkc::ZkcContenders;
 use common::*;
 use zk_recipes::testing::{ServerOptions, ServerTls, TestingServer};
@@ -68,7 +67,7 @@ struct Contenders {
     ours_tls: Vec<Client>,
     zkc_plain: ZkcContenders,
     zkc_tls: ZkcContenders,
-    floor: Option<Floor>,
+    floor: Option<SharedFloor>,
 }
 
 impl Contenders {
@@ -143,7 +142,7 @@ fn main() {
             Some(zkc_tls_options),
             ours_plain[0].clone(),
         ),
-        floor: Floor::find(&plain),
+        floor: SharedFloor::find(&plain),
         ours_plain,
         ours_tls,
     };
@@ -304,78 +303,4 @@ fn report(rows: &[(String, [Option<Figures>; 5])]) {
 /// A JSON field name built at run time (the bench prints a few dozen).
 fn leak(name: String) -> &'static str {
     Box::leak(name.into_boxed_str())
-}
-
-/// The wire floor (`../shared/floor`), run as a child process on the plaintext port.
-struct Floor {
-    binary: PathBuf,
-    connect: String,
-}
-
-impl Floor {
-    fn find(connect: &str) -> Option<Floor> {
-        let binary = std::env::var_os("ZK_FLOOR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/target/floor/release/zk-floor"
-                ))
-            });
-        binary.exists().then(|| Floor {
-            binary,
-            connect: connect.to_owned(),
-        })
-    }
-
-    /// One run of the floor; its JSON line and the CPU its process used.
-    fn run(&self, args: &[String]) -> (serde_json::Value, Duration) {
-        let cpu = children_cpu();
-        let out = Command::new(&self.binary)
-            .args(args)
-            .env("ZK_CONNECT", &self.connect)
-            .output()
-            .expect("run the wire floor");
-        let cpu = children_cpu().saturating_sub(cpu);
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().last().unwrap_or("{}");
-        let value = serde_json::from_str(line).unwrap_or_else(|e| {
-            panic!(
-                "the floor printed no JSON line ({e}): {text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (value, cpu)
-    }
-
-    /// The floor's uncontended mode runs 300 rounds it does not time before the timed ones.
-    fn uncontended(&self, rounds: usize) -> Figures {
-        let (v, cpu) = self.run(&["uncontended".into(), rounds.to_string()]);
-        let us = |k: &str| v[k].as_f64().unwrap_or(0.0);
-        let acquisitions = (rounds + 300) as f64;
-        Figures {
-            p50_us: us("acquire_p50_us"),
-            p99_us: us("acquire_p99_us"),
-            cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / acquisitions,
-            acquisitions,
-            ..Default::default()
-        }
-    }
-
-    /// The floor's contended mode runs whole seconds, after two seconds of the same load that
-    /// it does not count: the CPU figures divide by the acquisitions of the whole run.
-    fn contend(&self, n: usize, run_for: Duration) -> Figures {
-        let secs = run_for.as_secs().max(1);
-        let (v, cpu) = self.run(&["contended".into(), n.to_string(), secs.to_string()]);
-        let num = |k: &str| v[k].as_f64().unwrap_or(0.0);
-        let acquisitions = num("acq_per_s") * (secs + 2) as f64;
-        Figures {
-            per_second: num("acq_per_s"),
-            p50_us: num("handoff_p50_us"),
-            p99_us: num("handoff_p99_us"),
-            cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / acquisitions.max(1.0),
-            acquisitions,
-            ..Default::default()
-        }
-    }
 }

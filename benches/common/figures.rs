@@ -23,6 +23,11 @@ pub struct Figures {
     pub server_us_per_acq: f64,
     /// Ours only: watch notifications per release.
     pub notifications: f64,
+    /// Requests per acquisition (ours and the wire floor's).
+    pub requests_per_acq: f64,
+    /// Uncontended only: the release's latency.
+    pub release_p50_us: f64,
+    pub release_p99_us: f64,
 }
 
 /// Runs one measurement and adds the server's CPU per acquisition during it.
@@ -63,13 +68,31 @@ pub fn combine(blocks: &[Figures]) -> Figures {
         acquisitions,
         server_us_per_acq: per_acq(|b| b.server_us_per_acq),
         notifications: per_acq(|b| b.notifications),
+        requests_per_acq: per_acq(|b| b.requests_per_acq),
+        release_p50_us: mid(|b| b.release_p50_us),
+        release_p99_us: mid(|b| b.release_p99_us),
     }
 }
 
+/// Uncontended blocks as one: the block with the median acquire p50, with the release's
+/// latencies the blocks' medians of their own.
 pub fn median(v: &[Figures]) -> Figures {
     let mut v = v.to_vec();
+    let mid = |v: &mut Vec<Figures>, f: fn(&Figures) -> f64| {
+        v.sort_by(|a, b| f(a).total_cmp(&f(b)));
+        v.get(v.len() / 2).map(f).unwrap_or_default()
+    };
+    let (release_p50_us, release_p99_us) = (
+        mid(&mut v, |b| b.release_p50_us),
+        mid(&mut v, |b| b.release_p99_us),
+    );
     v.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
-    v.get(v.len() / 2).copied().unwrap_or_default()
+    let m = v.get(v.len() / 2).copied().unwrap_or_default();
+    Figures {
+        release_p50_us,
+        release_p99_us,
+        ..m
+    }
 }
 
 /// Rounds of our contended loop until one adds less than 20 ms of JIT compile time on the
@@ -114,28 +137,33 @@ pub fn warm_server(server: &TestingServer, clients: &[Client], quick: bool) -> S
     "30 rounds (JIT still busy)".into()
 }
 
+/// Uncontended rounds with our mutex: acquire and release (the guard's drop, which deletes the
+/// node and waits for the answer), each timed.
 pub fn uncontended_ours(client: &Client, path: &str, rounds: usize) -> Figures {
     let mutex = InterProcessMutex::new(client, path).expect("lock");
-    let mut t = Vec::with_capacity(rounds);
+    let mut rounds_taken = Vec::with_capacity(rounds);
     let cpu = process_cpu();
     for _ in 0..rounds {
         let s = Instant::now();
         let g = mutex.acquire().expect("acquire");
-        t.push(s.elapsed());
+        let held = Instant::now();
         drop(g);
+        rounds_taken.push((held - s, held.elapsed()));
     }
-    uncontended_figures(&mut t, process_cpu() - cpu)
+    uncontended_figures(&rounds_taken, process_cpu() - cpu)
 }
 
-/// An uncontended block's figures: acquire latencies and the CPU the block used.
-pub fn uncontended_figures(latencies: &mut [Duration], cpu: Duration) -> Figures {
-    let rounds = latencies.len().max(1) as f64;
+/// An uncontended block's figures: (acquire, release) latencies and the CPU the block used.
+pub fn uncontended_figures(rounds: &[(Duration, Duration)], cpu: Duration) -> Figures {
+    let (mut acquire, mut release): (Vec<Duration>, Vec<Duration>) = rounds.iter().copied().unzip();
     Figures {
         per_second: 0.0,
-        p50_us: pct(latencies, 0.5),
-        p99_us: pct(latencies, 0.99),
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds,
-        acquisitions: latencies.len() as f64,
+        p50_us: pct(&mut acquire, 0.5),
+        p99_us: pct(&mut acquire, 0.99),
+        release_p50_us: pct(&mut release, 0.5),
+        release_p99_us: pct(&mut release, 0.99),
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / rounds.len().max(1) as f64,
+        acquisitions: rounds.len() as f64,
         ..Default::default()
     }
 }
@@ -151,6 +179,7 @@ pub fn contend_ours(kind: Kind, clients: &[Client], path: &str, run_for: Duratio
         cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / r.acquisitions.max(1) as f64,
         acquisitions: r.acquisitions as f64,
         notifications: r.notifications_per_release,
+        requests_per_acq: r.requests_per_acquisition,
         ..Default::default()
     }
 }

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod figures;
+pub mod shared_floor;
+pub mod wire;
 pub mod zkc;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -17,7 +17,7 @@ enum Task {
     Uncontended {
         dir: String,
         rounds: usize,
-        done: std::sync::mpsc::Sender<Vec<Duration>>,
+        done: std::sync::mpsc::Sender<Vec<(Duration, Duration)>>,
     },
     /// The contended loop until `stop`.
     Contend {
@@ -121,8 +121,8 @@ impl ZkcContenders {
             rounds,
             done,
         });
-        let mut t = results.recv().expect("uncontended run");
-        uncontended_figures(&mut t, process_cpu() - cpu)
+        let t = results.recv().expect("uncontended run");
+        uncontended_figures(&t, process_cpu() - cpu)
     }
 
     /// The same contended loop as ours: handoff from release to the next acquire's return.
@@ -169,10 +169,14 @@ impl Drop for ZkcContenders {
     }
 }
 
-/// One acquisition with `zookeeper-client`: acquire (timed), note the handoff if contended,
-/// release by the awaited delete of the lock node (its guard would only delete in the
-/// background on drop).
-async fn zkc_round(c: &zookeeper_client::Client, dir: &str, shared: Option<&Shared>) -> Duration {
+/// One acquisition with `zookeeper-client`: acquire, note the handoff if contended, release by
+/// the awaited delete of the lock node (its guard would only delete in the background on
+/// drop); the acquire's and the release's latencies.
+async fn zkc_round(
+    c: &zookeeper_client::Client,
+    dir: &str,
+    shared: Option<&Shared>,
+) -> (Duration, Duration) {
     let s = Instant::now();
     let prefix = zookeeper_client::LockPrefix::new_curator(dir, "lock-").expect("prefix");
     let lock = c
@@ -190,6 +194,7 @@ async fn zkc_round(c: &zookeeper_client::Client, dir: &str, shared: Option<&Shar
     }
     let node = lock.lock_path().to_owned();
     std::mem::forget(lock);
+    let release = Instant::now();
     c.delete(&node, None).await.expect("delete");
-    took
+    (took, release.elapsed())
 }

@@ -1,0 +1,346 @@
+//! The wire floor, the benches' own: what any client can do at best on a given server. Jute
+//! frames encoded by hand on blocking sockets, one thread per session, every answer read by
+//! the thread that waits for it, nothing checked but error codes. It runs the mutex protocol
+//! with nothing spare, as `../shared/floor` does (its figures are checked against that one's
+//! when it is built: `cargo bench --bench peers` prints both):
+//!
+//! - acquire = create (ephemeral sequential) and getChildren written together, both answers
+//!   read; first in line holds;
+//! - otherwise getData with a watch on the predecessor, and when it is deleted, hold at once if
+//!   it was the head when we listed, list again if not (a predecessor that was not the head may
+//!   have left without holding, so the nodes ahead of it must be looked at again);
+//! - release = delete.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::figures::{uncontended_figures, Figures};
+use super::{pct, process_cpu};
+
+const CREATE: i32 = 1;
+const DELETE: i32 = 2;
+const GET_DATA: i32 = 4;
+const GET_CHILDREN: i32 = 8;
+const CLOSE: i32 = -11;
+const EPHEMERAL_SEQUENTIAL: i32 = 3;
+/// The xid of a watch notification.
+const NOTIFICATION: i32 = -1;
+/// ZooKeeper's `NoNode`.
+const NO_NODE: i32 = -101;
+
+fn put_i32(b: &mut Vec<u8>, v: i32) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+
+fn put_i64(b: &mut Vec<u8>, v: i64) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    put_i32(b, s.len() as i32);
+    b.extend_from_slice(s.as_bytes());
+}
+
+fn get_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// A string at `at`; returns it and where the next field starts.
+fn get_str(b: &[u8], at: usize) -> (String, usize) {
+    let n = get_i32(b, at) as usize;
+    let s = String::from_utf8_lossy(&b[at + 4..at + 4 + n]).into_owned();
+    (s, at + 4 + n)
+}
+
+/// One session on one blocking socket.
+pub struct Wire {
+    sock: TcpStream,
+    xid: i32,
+    /// The last frame read (without its length prefix).
+    frame: Vec<u8>,
+    /// Read requests sent (getChildren, getData).
+    pub reads: u64,
+}
+
+impl Wire {
+    /// A new session (30 s; a floor session lives for one measurement and needs no ping).
+    pub fn connect(addr: &str) -> io::Result<Wire> {
+        let sock = TcpStream::connect(addr)?;
+        sock.set_nodelay(true)?;
+        let mut body = Vec::new();
+        put_i32(&mut body, 0); // protocol version
+        put_i64(&mut body, 0); // last zxid seen
+        put_i32(&mut body, 30_000); // session timeout, ms
+        put_i64(&mut body, 0); // session id: a new one
+        put_i32(&mut body, 16);
+        body.extend_from_slice(&[0; 16]); // password
+        body.push(0); // not read-only
+        let mut w = Wire {
+            sock,
+            xid: 0,
+            frame: Vec::with_capacity(1 << 16),
+            reads: 0,
+        };
+        w.send(&framed(&body))?;
+        w.read_frame()?;
+        Ok(w)
+    }
+
+    fn read_frame(&mut self) -> io::Result<()> {
+        let mut len = [0u8; 4];
+        self.sock.read_exact(&mut len)?;
+        let n = i32::from_be_bytes(len).max(0) as usize;
+        self.frame.resize(n, 0);
+        self.sock.read_exact(&mut self.frame)
+    }
+
+    /// Reads until an answer (not a notification) comes; returns its error code.
+    fn answer(&mut self) -> io::Result<i32> {
+        loop {
+            self.read_frame()?;
+            if get_i32(&self.frame, 0) >= 0 {
+                return Ok(get_i32(&self.frame, 12));
+            }
+        }
+    }
+
+    /// Reads until a watch notification comes.
+    fn notification(&mut self) -> io::Result<()> {
+        loop {
+            self.read_frame()?;
+            if get_i32(&self.frame, 0) == NOTIFICATION {
+                return Ok(());
+            }
+        }
+    }
+
+    fn request(&mut self, op: i32, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        self.xid += 1;
+        let mut b = Vec::with_capacity(96);
+        put_i32(&mut b, self.xid);
+        put_i32(&mut b, op);
+        body(&mut b);
+        framed(&b)
+    }
+
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.sock.write_all(frame)
+    }
+
+    fn create_frame(&mut self, prefix: &str) -> Vec<u8> {
+        self.request(CREATE, |b| {
+            put_str(b, prefix);
+            put_i32(b, 0); // no data
+            put_i32(b, 1); // one ACL: world:anyone, all
+            put_i32(b, 31);
+            put_str(b, "world");
+            put_str(b, "anyone");
+            put_i32(b, EPHEMERAL_SEQUENTIAL);
+        })
+    }
+
+    fn children_frame(&mut self, dir: &str) -> Vec<u8> {
+        self.reads += 1;
+        self.request(GET_CHILDREN, |b| {
+            put_str(b, dir);
+            b.push(0);
+        })
+    }
+
+    /// Creates a lock node under `dir` and lists `dir`, in one write: our node's name and the
+    /// children.
+    pub fn create_and_list(&mut self, dir: &str) -> io::Result<(String, Vec<String>)> {
+        let mut both = self.create_frame(&format!("{dir}/lock-"));
+        both.extend(self.children_frame(dir));
+        self.send(&both)?;
+        self.expect_ok()?;
+        let (path, _) = get_str(&self.frame, 16);
+        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+        self.expect_ok()?;
+        Ok((name, self.children()))
+    }
+
+    /// Lists `dir`.
+    pub fn list(&mut self, dir: &str) -> io::Result<Vec<String>> {
+        let f = self.children_frame(dir);
+        self.send(&f)?;
+        self.expect_ok()?;
+        Ok(self.children())
+    }
+
+    /// getData with a watch on `path`: false if it is gone already.
+    pub fn watch(&mut self, path: &str) -> io::Result<bool> {
+        self.reads += 1;
+        let f = self.request(GET_DATA, |b| {
+            put_str(b, path);
+            b.push(1);
+        });
+        self.send(&f)?;
+        match self.answer()? {
+            0 => Ok(true),
+            NO_NODE => Ok(false),
+            e => Err(io::Error::other(format!("getData: error {e}"))),
+        }
+    }
+
+    /// Deletes `path`.
+    pub fn delete(&mut self, path: &str) -> io::Result<()> {
+        let f = self.request(DELETE, |b| {
+            put_str(b, path);
+            put_i32(b, -1);
+        });
+        self.send(&f)?;
+        self.expect_ok().map(|_| ())
+    }
+
+    /// Ends the session (its nodes go with it).
+    pub fn close(mut self) {
+        let f = self.request(CLOSE, |_| {});
+        if self.send(&f).is_ok() {
+            let _ = self.answer();
+        }
+    }
+
+    fn expect_ok(&mut self) -> io::Result<()> {
+        match self.answer()? {
+            0 => Ok(()),
+            e => Err(io::Error::other(format!("error {e}"))),
+        }
+    }
+
+    /// The children in the last getChildren answer (after its 16-byte reply header).
+    fn children(&self) -> Vec<String> {
+        let n = get_i32(&self.frame, 16).max(0) as usize;
+        let mut at = 20;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (s, next) = get_str(&self.frame, at);
+            v.push(s);
+            at = next;
+        }
+        v
+    }
+
+    /// Waits until this session holds the lock whose node is `me` (its listing `line`).
+    fn wait_turn(&mut self, dir: &str, me: &str, mut line: Vec<String>) -> io::Result<()> {
+        loop {
+            line.sort_by_key(|n| sequence(n));
+            let Some(pos) = line.iter().position(|n| n == me) else {
+                return Err(io::Error::other("our lock node is gone"));
+            };
+            if pos == 0 {
+                return Ok(());
+            }
+            let was_head = pos == 1;
+            if self.watch(&format!("{dir}/{}", line[pos - 1]))? {
+                self.notification()?;
+                if was_head {
+                    return Ok(());
+                }
+            }
+            line = self.list(dir)?;
+        }
+    }
+}
+
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(body.len() + 4);
+    put_i32(&mut f, body.len() as i32);
+    f.extend_from_slice(body);
+    f
+}
+
+/// The sequence number at the end of a sequential node's name.
+fn sequence(name: &str) -> u64 {
+    name.get(name.len().saturating_sub(10)..)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// `rounds` uncontended acquisitions and releases on one new session, under `dir` (which must
+/// exist): acquire (create + list) and release (delete) latencies, CPU per round.
+pub fn uncontended(addr: &str, dir: &str, rounds: usize) -> Figures {
+    let mut w = Wire::connect(addr).expect("the wire floor's session");
+    let mut taken = Vec::with_capacity(rounds);
+    let cpu = process_cpu();
+    for _ in 0..rounds {
+        let s = Instant::now();
+        let (me, line) = w.create_and_list(dir).expect("create and list");
+        w.wait_turn(dir, &me, line).expect("uncontended turn");
+        let held = Instant::now();
+        w.delete(&format!("{dir}/{me}")).expect("delete");
+        taken.push((held - s, held.elapsed()));
+    }
+    let figures = uncontended_figures(&taken, process_cpu() - cpu);
+    w.close();
+    figures
+}
+
+/// `n` sessions, a thread each, take the lock under `dir` (which must exist) in turn for
+/// `run_for`: throughput, handoff latency (a release's start to the next holder's acquire),
+/// client CPU and requests per acquisition (the reads, and the create and the delete).
+pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(AtomicU64::new(0));
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let start = Arc::new(Barrier::new(n + 1));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let mut w = Wire::connect(addr).expect("the wire floor's session");
+            let (dir, stop, count, reads, released_at, handoffs, start) = (
+                dir.to_owned(),
+                stop.clone(),
+                count.clone(),
+                reads.clone(),
+                released_at.clone(),
+                handoffs.clone(),
+                start.clone(),
+            );
+            thread::spawn(move || {
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    let before = w.reads;
+                    let (me, line) = w.create_and_list(&dir).expect("create and list");
+                    w.wait_turn(&dir, &me, line).expect("a turn");
+                    let now = Instant::now();
+                    if let Some(r) = released_at.lock().unwrap().take() {
+                        handoffs.lock().unwrap().push(now - r);
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                    reads.fetch_add(w.reads - before, Ordering::Relaxed);
+                    *released_at.lock().unwrap() = Some(Instant::now());
+                    w.delete(&format!("{dir}/{me}")).expect("delete");
+                }
+                w.close();
+            })
+        })
+        .collect();
+    let cpu = process_cpu();
+    start.wait();
+    let began = Instant::now();
+    thread::sleep(run_for);
+    stop.store(true, Ordering::Relaxed);
+    let counted = count.load(Ordering::Relaxed);
+    let secs = began.elapsed().as_secs_f64();
+    for t in threads {
+        t.join().expect("a floor contender");
+    }
+    let cpu = process_cpu() - cpu;
+    let total = count.load(Ordering::Relaxed).max(1);
+    let mut h = handoffs.lock().unwrap().clone();
+    Figures {
+        per_second: counted as f64 / secs,
+        p50_us: pct(&mut h, 0.5),
+        p99_us: pct(&mut h, 0.99),
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / total as f64,
+        acquisitions: total as f64,
+        requests_per_acq: 2.0 + reads.load(Ordering::Relaxed) as f64 / total as f64,
+        ..Default::default()
+    }
+}
