@@ -75,7 +75,9 @@ pub(crate) fn open(
         None => dial(target.host, target.port, until)?,
     };
     if !dialed(&sock) {
-        return Err(io::Error::other("the client is closing").into());
+        return Err(
+            io::Error::other("given up: the client closes, or moves to another server").into(),
+        );
     }
     match security {
         Security::Plain => {

@@ -100,7 +100,10 @@ impl FaultProxy {
     /// Closes every current connection now; what they held is dropped
     /// ([`held_bytes`](Self::held_bytes) starts again from zero).
     pub fn cut(&self) {
-        for c in self.shared.conns.lock().drain(..) {
+        // Under the connections' lock, which a pump takes to publish what it holds: no pump
+        // of a cut connection publishes after this.
+        let mut conns = self.shared.conns.lock();
+        for c in conns.drain(..) {
             c.cut.store(true, Ordering::SeqCst);
             for s in &c.sockets {
                 let _ = s.shutdown(Shutdown::Both);
@@ -268,6 +271,10 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
             Mode::Pass | Mode::Refuse | Mode::StallRequests => false,
         };
         if hold {
+            let _conns = shared.conns.lock();
+            if cut.load(Ordering::SeqCst) {
+                break;
+            }
             shared.held.store(pending.len() as u64, Ordering::SeqCst);
             continue;
         }

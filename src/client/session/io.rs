@@ -226,6 +226,11 @@ impl Core {
                     warn!("the server refused the credentials; the client stops connecting");
                     return self.stop_for(Error::auth_failed());
                 }
+                // Left for a server of a new list (`update_hosts`): not a failure, the next
+                // turn takes the list.
+                Err(Dial::Failed(_) | Dial::Tls(_)) if self.move_pending() => {
+                    debug!("left {host} for a server of the new list");
+                }
                 Err(failure @ (Dial::Failed(_) | Dial::Tls(_))) => {
                     let why = match failure {
                         Dial::Tls(why) => {
@@ -285,10 +290,12 @@ impl Core {
         }
     }
 
-    /// Registers the handshake socket for shutdown; false if the client is closing.
+    /// Registers the handshake socket for shutdown; false if the client is closing, or moving
+    /// to a server of a new list (decided before the socket was registered, so nothing shut
+    /// it: `update_hosts` sets the move, then looks for the socket).
     fn track_connecting(&self, s: &TcpStream) -> bool {
         *self.connecting.lock() = s.try_clone().ok();
-        !self.is_closed()
+        !self.is_closed() && !self.move_pending()
     }
 
     /// Opens a connection to `host`, attaches a session (the live one if there is one) and
@@ -885,15 +892,6 @@ fn ended_by(err: i32) -> Option<Ended> {
         SESSION_EXPIRED => Some(Ended::Expired),
         SESSION_CLOSED_REQUIRE_AUTH => Some(Ended::AuthRequired),
         _ => None,
-    }
-}
-
-/// What `track_connecting` refusing means.
-struct Closing;
-
-impl From<Closing> for std::io::Error {
-    fn from(_: Closing) -> std::io::Error {
-        std::io::Error::other("the client is closing")
     }
 }
 
