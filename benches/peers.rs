@@ -30,7 +30,7 @@ use common::shared_floor::SharedFloor;
 use common::wire;
 use common::zkc::ZkcContenders;
 use common::*;
-use zk_recipes::Client;
+use zk_recipes::{Client, InterProcessMutex};
 
 const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
 
@@ -95,9 +95,9 @@ fn main() {
     let mut rows = Vec::new();
     // 3. Uncontended acquire and release, blocks alternated.
     let rounds = if args.quick { 300 } else { 2000 };
-    let (mut o, mut z, mut c, mut f) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut o, mut z, mut c, mut fl) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for block in 0..3 {
-        f.push(on_server(&server, || {
+        fl.push(on_server(&server, || {
             floor.uncontended(&format!("/bench/peers/u-floor-{block}"), rounds)
         }));
         o.push(on_server(&server, || {
@@ -112,7 +112,7 @@ fn main() {
             zkc.uncontended(&format!("/bench/peers/u-zkc-{block}"), rounds)
         }));
     }
-    let row = [median(&o), median(&z), median(&c), median(&f)];
+    let row = [median(&o), median(&z), median(&c), median(&fl)];
     rows.push(("uncontended acquire".to_string(), row));
     rows.push(("uncontended release".to_string(), row.map(release)));
 
@@ -189,6 +189,40 @@ fn main() {
             ],
         ));
     }
+    // 6. Many locks, one client (a writer per partition): threads sharing one client take
+    // random locks among many paths. Its ceiling: what the server commits of the two writes a
+    // cycle needs, pipelined from one session (as many pairs in flight as there are threads).
+    let (threads, paths) = if args.quick { (8, 100) } else { (64, 10_000) };
+    let (mut o, mut ceiling) = (Vec::new(), Vec::new());
+    for block in 0..blocks.min(3) {
+        let dir = format!("/bench/peers/many-{block}");
+        o.push(on_server(&server, || {
+            many_ours(&ours[0], &dir, threads, paths, block_for)
+        }));
+        ceiling.push(floor.pairs(&format!("{dir}-ceiling"), threads, block_for));
+    }
+    let many = combine(&o);
+    let most_pairs = ceiling.iter().copied().fold(0.0, f64::max);
+    println!(
+        "\nmany locks, one client ({threads} threads, {paths} paths): ours {:.0} acq/s, {:.0} µs \
+         client CPU per acquisition; the server's pipelined create+delete from one session: \
+         {most_pairs:.0} pairs/s (ours ÷ ceiling {:.2})",
+        many.per_second,
+        many.cpu_us_per_acq,
+        many.per_second / most_pairs.max(f64::MIN_POSITIVE)
+    );
+    json(
+        "peers",
+        &[
+            (
+                "config",
+                s(&format!("many locks {threads} threads {paths} paths")),
+            ),
+            ("ours_per_second", f(many.per_second)),
+            ("ours_cpu_us_per_acq", f(many.cpu_us_per_acq)),
+            ("ceiling_pairs_per_second", f(most_pairs)),
+        ],
+    );
     if let Some(mut c) = curator {
         c.quit();
     }
@@ -417,6 +451,33 @@ fn floor_agrees(floor: &Floor, connect: &str, quick: bool) {
     );
 }
 
+/// `threads` threads share `client` and, for `run_for`, each takes and releases a lock chosen
+/// at random among `paths` under `dir`.
+fn many_ours(
+    client: &Client,
+    dir: &str,
+    threads: usize,
+    paths: usize,
+    run_for: Duration,
+) -> Figures {
+    let cpu = process_cpu();
+    let workers: Vec<(Client, String)> = (0..threads)
+        .map(|_| (client.clone(), dir.to_owned()))
+        .collect();
+    let per_second = timed(workers, run_for, move |(client, dir)| {
+        let path = format!("{dir}/p{}", fastrand::usize(..paths));
+        let mutex = InterProcessMutex::new(client, &path).expect("lock");
+        drop(mutex.acquire().expect("acquire"));
+    });
+    let acquisitions = per_second * run_for.as_secs_f64();
+    Figures {
+        per_second,
+        cpu_us_per_acq: (process_cpu() - cpu).as_secs_f64() * 1e6 / acquisitions.max(1.0),
+        acquisitions,
+        ..Default::default()
+    }
+}
+
 /// The benches' own wire floor (`common::wire`) on this server; each measurement on sessions
 /// of its own, made before it and closed after.
 struct Floor<'a> {
@@ -440,6 +501,12 @@ impl<'a> Floor<'a> {
     fn contend(&self, n: usize, dir: &str, run_for: Duration) -> Figures {
         self.helper.ensure_path(dir).expect("path");
         wire::contended(&self.addr, dir, n, run_for)
+    }
+
+    /// Create+delete pairs per second, `window` in flight, from one session.
+    fn pairs(&self, dir: &str, window: usize, run_for: Duration) -> f64 {
+        self.helper.ensure_path(dir).expect("path");
+        wire::pipelined_pairs(&self.addr, dir, window, run_for)
     }
 }
 

@@ -344,3 +344,72 @@ pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures 
         ..Default::default()
     }
 }
+
+/// The server's ceiling for the many-locks figure: one session writes create and delete pairs
+/// (two writes, as one lock cycle needs) pipelined, `window` pairs in flight, for `run_for`;
+/// pairs completed per second. A pair works on a node of its own slot, so every create and
+/// delete succeeds.
+pub fn pipelined_pairs(addr: &str, dir: &str, window: usize, run_for: Duration) -> f64 {
+    let mut w = Wire::connect(addr).expect("the wire floor's session");
+    let mut reader = w.sock.try_clone().expect("a reading handle");
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<usize>();
+    for slot in 0..window {
+        let _ = free_tx.send(slot);
+    }
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<usize>();
+    let done = Arc::new(AtomicU64::new(0));
+    let reading = {
+        let done = done.clone();
+        thread::spawn(move || {
+            let mut frame = Vec::new();
+            let mut read = |frame: &mut Vec<u8>| -> io::Result<()> {
+                let mut len = [0u8; 4];
+                reader.read_exact(&mut len)?;
+                frame.resize(i32::from_be_bytes(len).max(0) as usize, 0);
+                reader.read_exact(frame)
+            };
+            // Each pair's two answers, in order; its slot is free again after the second.
+            while let Ok(slot) = sent_rx.recv() {
+                for _ in 0..2 {
+                    if read(&mut frame).is_err() {
+                        return;
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                if free_tx.send(slot).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let began = Instant::now();
+    let mut counted_at_end = None;
+    while let Ok(slot) = free_rx.recv() {
+        if began.elapsed() >= run_for {
+            counted_at_end = Some((done.load(Ordering::Relaxed), began.elapsed()));
+            break;
+        }
+        let path = format!("{dir}/c{slot}");
+        let mut pair = w.request(CREATE, |b| {
+            put_str(b, &path);
+            put_i32(b, 0);
+            put_i32(b, 1);
+            put_i32(b, 31);
+            put_str(b, "world");
+            put_str(b, "anyone");
+            put_i32(b, 1); // ephemeral
+        });
+        pair.extend(w.request(DELETE, |b| {
+            put_str(b, &path);
+            put_i32(b, -1);
+        }));
+        if sent_tx.send(slot).is_err() || w.send(&pair).is_err() {
+            break;
+        }
+    }
+    drop(sent_tx);
+    let _ = reading.join();
+    w.close();
+    let (pairs, secs) = counted_at_end.unwrap_or((done.load(Ordering::Relaxed), began.elapsed()));
+    pairs as f64 / secs.as_secs_f64()
+}
