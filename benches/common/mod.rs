@@ -112,16 +112,30 @@ pub fn timed<T: Send + 'static>(
             })
         })
         .collect();
+    let (rounds, secs) = run_window(&start, &stop, &count, run_for, threads);
+    rounds as f64 / secs
+}
+
+/// Releases workers waiting at `start`, lets them run for `run_for`, then stops and joins
+/// them: what `count` held when they were told to stop, and the seconds until then. (A bench
+/// measures a time window: the sleep is the measurement, not a synchronisation.)
+pub fn run_window(
+    start: &Barrier,
+    stop: &AtomicBool,
+    count: &AtomicU64,
+    run_for: Duration,
+    threads: Vec<thread::JoinHandle<()>>,
+) -> (u64, f64) {
     start.wait();
     let began = Instant::now();
     thread::sleep(run_for);
     stop.store(true, Ordering::Relaxed);
-    let rounds = count.load(Ordering::Relaxed);
+    let counted = count.load(Ordering::Relaxed);
     let secs = began.elapsed().as_secs_f64();
     for t in threads {
-        t.join().expect("worker");
+        t.join().expect("a bench worker");
     }
-    rounds as f64 / secs
+    (counted, secs)
 }
 
 /// Which lock the contended loop drives.
@@ -276,15 +290,7 @@ pub fn contend(
             })
         })
         .collect();
-    start.wait();
-    let began = Instant::now();
-    thread::sleep(run_for);
-    stop.store(true, Ordering::Relaxed);
-    let counted = acquisitions.load(Ordering::Relaxed);
-    let elapsed = began.elapsed();
-    for t in threads {
-        t.join().expect("contender");
-    }
+    let (counted, secs) = run_window(&start, &stop, &acquisitions, run_for, threads);
     let total = acquisitions.load(Ordering::Relaxed).max(1);
     let after: Vec<_> = clients.iter().map(|c| c.metrics()).collect();
     let delta = |f: fn(&zk_recipes::ClientMetrics) -> u64| -> u64 {
@@ -293,7 +299,7 @@ pub fn contend(
     let mut h = handoffs.lock().unwrap().clone();
     Contended {
         acquisitions: counted,
-        per_second: counted as f64 / elapsed.as_secs_f64(),
+        per_second: counted as f64 / secs,
         handoff_p50_us: pct(&mut h, 0.5),
         handoff_p99_us: pct(&mut h, 0.99),
         notifications_per_release: delta(|m| m.watch_events) as f64 / total as f64,

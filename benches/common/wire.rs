@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::figures::{uncontended_figures, Figures};
-use super::{pct, process_cpu};
+use super::{pct, process_cpu, run_window};
 
 const CREATE: i32 = 1;
 const DELETE: i32 = 2;
@@ -322,15 +322,7 @@ pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures 
         })
         .collect();
     let cpu = process_cpu();
-    start.wait();
-    let began = Instant::now();
-    thread::sleep(run_for);
-    stop.store(true, Ordering::Relaxed);
-    let counted = count.load(Ordering::Relaxed);
-    let secs = began.elapsed().as_secs_f64();
-    for t in threads {
-        t.join().expect("a floor contender");
-    }
+    let (counted, secs) = run_window(&start, &stop, &count, run_for, threads);
     let cpu = process_cpu() - cpu;
     let total = count.load(Ordering::Relaxed).max(1);
     let mut h = handoffs.lock().unwrap().clone();
