@@ -11,6 +11,9 @@
 //   run KIND PATH N MILLIS       N contenders (mutex | semaphore | rwlock) for MILLIS:
 //                                RESULT <acquisitions> <per second> <handoff p50 us>
 //                                       <handoff p99 us> <cpu ns per acquisition>
+//   many PATH THREADS PATHS MILLIS  THREADS threads share one client (the first) and take
+//                                random locks among PATHS mutexes under PATH for MILLIS:
+//                                RESULT <acquisitions> <per second> <cpu ns per acquisition>
 //   quit
 //
 // The contended loop is the Rust benches' own: acquire, note the handoff (from the moment the
@@ -49,6 +52,10 @@ public class CuratorBench {
                 case "uncontended": System.out.println(uncontended(w[1], Integer.parseInt(w[2]))); break;
                 case "run":
                     System.out.println(run(w[1], w[2], Integer.parseInt(w[3]), Long.parseLong(w[4])));
+                    break;
+                case "many":
+                    System.out.println(many(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3]),
+                        Long.parseLong(w[4])));
                     break;
                 case "quit":
                     for (CuratorFramework c : clients) c.close();
@@ -173,5 +180,47 @@ public class CuratorBench {
         long[] h = handoffs.stream().mapToLong(Long::longValue).sorted().toArray();
         return String.format("RESULT %d %.2f %.1f %.1f %d", counted, counted / secs, pct(h, 0.5),
             pct(h, 0.99), cpu / Math.max(1, acquisitions.get()));
+    }
+
+    static String many(String path, int n, int paths, long millis) throws Exception {
+        CuratorFramework c = clients.get(0);
+        // One lock object per path, shared by the threads (Curator's mutex is reentrant per
+        // thread, so sharing it is how one client serves many threads).
+        List<InterProcessMutex> locks = new ArrayList<>();
+        for (int i = 0; i < paths; i++) locks.add(new InterProcessMutex(c, path + "/p" + i));
+        AtomicBoolean stop = new AtomicBoolean();
+        AtomicLong acquisitions = new AtomicLong();
+        CyclicBarrier start = new CyclicBarrier(n + 1);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            Thread t = new Thread(() -> {
+                try {
+                    java.util.concurrent.ThreadLocalRandom rng =
+                        java.util.concurrent.ThreadLocalRandom.current();
+                    start.await();
+                    while (!stop.get()) {
+                        InterProcessMutex lock = locks.get(rng.nextInt(paths));
+                        lock.acquire();
+                        acquisitions.incrementAndGet();
+                        lock.release();
+                    }
+                } catch (Exception e) {
+                    e.printStackTrace();
+                }
+            });
+            t.start();
+            threads.add(t);
+        }
+        start.await();
+        long cpu0 = cpuNanos();
+        long t0 = System.nanoTime();
+        Thread.sleep(millis);
+        stop.set(true);
+        long counted = acquisitions.get();
+        double secs = (System.nanoTime() - t0) / 1e9;
+        for (Thread t : threads) t.join();
+        long cpu = cpuNanos() - cpu0;
+        return String.format("RESULT %d %.2f %d", counted, counted / secs,
+            cpu / Math.max(1, acquisitions.get()));
     }
 }

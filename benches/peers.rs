@@ -193,23 +193,33 @@ fn main() {
     // random locks among many paths. Its ceiling: what the server commits of the two writes a
     // cycle needs, pipelined from one session (as many pairs in flight as there are threads).
     let (threads, paths) = if args.quick { (8, 100) } else { (64, 10_000) };
-    let (mut o, mut ceiling) = (Vec::new(), Vec::new());
+    let (mut o, mut c, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
     for block in 0..blocks.min(3) {
         let dir = format!("/bench/peers/many-{block}");
         o.push(on_server(&server, || {
             many_ours(&ours[0], &dir, threads, paths, block_for)
         }));
+        c.extend(curator.as_mut().map(|cur| {
+            on_server(&server, || {
+                cur.many(&format!("{dir}-cur"), threads, paths, block_for)
+            })
+        }));
         ceiling.push(floor.pairs(&format!("{dir}-ceiling"), threads, block_for));
     }
-    let many = combine(&o);
+    let (many, many_cur) = (combine(&o), combine(&c));
     let most_pairs = ceiling.iter().copied().fold(0.0, f64::max);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     println!(
-        "\nmany locks, one client ({threads} threads, {paths} paths): ours {:.0} acq/s, {:.0} µs \
-         client CPU per acquisition; the server's pipelined create+delete from one session: \
-         {most_pairs:.0} pairs/s (ours ÷ ceiling {:.2})",
+        "\nmany locks, one client ({threads} threads, {paths} paths): ours {:.0} acq/s ({:.0} µs \
+         client CPU each), Curator with one CuratorFramework {:.0} acq/s ({:.0} µs), ours ÷ \
+         Curator {:.2}; the server's create+delete pipelined from one session {most_pairs:.0} \
+         pairs/s, ours ÷ that {:.2}",
         many.per_second,
         many.cpu_us_per_acq,
-        many.per_second / most_pairs.max(f64::MIN_POSITIVE)
+        many_cur.per_second,
+        many_cur.cpu_us_per_acq,
+        ratio(many.per_second, many_cur.per_second),
+        ratio(many.per_second, most_pairs)
     );
     json(
         "peers",
@@ -220,6 +230,8 @@ fn main() {
             ),
             ("ours_per_second", f(many.per_second)),
             ("ours_cpu_us_per_acq", f(many.cpu_us_per_acq)),
+            ("curator_per_second", f(many_cur.per_second)),
+            ("curator_cpu_us_per_acq", f(many_cur.cpu_us_per_acq)),
             ("ceiling_pairs_per_second", f(most_pairs)),
         ],
     );
@@ -604,6 +616,20 @@ impl Curator {
             p50_us: v[2],
             p99_us: v[3],
             cpu_us_per_acq: v[4] / 1000.0,
+            acquisitions: v[0],
+            ..Default::default()
+        }
+    }
+
+    /// `many PATH THREADS PATHS MILLIS`: threads sharing one `CuratorFramework`.
+    fn many(&mut self, path: &str, threads: usize, paths: usize, run_for: Duration) -> Figures {
+        let v = self.numbers(&format!(
+            "many {path} {threads} {paths} {}",
+            run_for.as_millis()
+        ));
+        Figures {
+            per_second: v[1],
+            cpu_us_per_acq: v[2] / 1000.0,
             acquisitions: v[0],
             ..Default::default()
         }
