@@ -1,7 +1,7 @@
 //! The connection layer: one connection at a time ([`LinkWriter`]: plain or TLS), its write
 //! side shared by every caller (each request is written on the caller's thread under one
 //! lock, in xid order), and the queue of requests waiting for their answers, under a lock of
-//! its own, which the session's reader thread completes in order. The reader never waits for
+//! its own, which the session's reader of the moment completes in order. The reader never waits for
 //! a writer: a write stuck on a full socket holds up neither the answers nor the keep-alives
 //! (which the reader only tries to send).
 //!
@@ -488,6 +488,11 @@ impl FrameReader {
             }
         }
         Ok(None)
+    }
+
+    /// The next whole frame if one is already buffered, without reading.
+    pub fn buffered(&mut self) -> io::Result<Option<Vec<u8>>> {
+        self.parse()
     }
 
     /// Reads until one whole frame is there. A read timeout comes back as `WouldBlock` or

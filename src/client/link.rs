@@ -1,5 +1,5 @@
 //! One connection to a server, plain TCP or TLS, chosen when it is dialed and split at once
-//! into the side the I/O thread reads ([`LinkReader`]) and the side callers write
+//! into the side the session reads ([`LinkReader`]) and the side callers write
 //! ([`LinkWriter`]). Both sides of a TLS connection share its record state, but neither waits
 //! for the other on the socket: the reader takes the TLS state only to decrypt what it has
 //! read, and the writer only to encrypt what it is about to write, so a write stuck on a full
@@ -186,6 +186,16 @@ struct TlsIn {
 }
 
 impl LinkReader {
+    /// The socket, if the connection is plain TCP: what comes in is then all there is to read
+    /// (a TLS state may hold plaintext the socket no longer shows).
+    pub fn plain_socket(&self) -> Option<&TcpStream> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return None;
+        }
+        Some(&self.sock)
+    }
+
     /// Sets the socket's read timeout.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.sock.set_read_timeout(timeout)

@@ -118,6 +118,11 @@ impl<T> Awaited<T> {
         }
     }
 
+    /// Whether the answer is there (or will never come), without waiting.
+    pub fn is_ready(&self) -> bool {
+        !matches!(*self.0.state.lock(), State::Empty)
+    }
+
     /// Waits until the answer is there, without taking it; false at `until`.
     pub fn ready(&self, until: Instant) -> bool {
         let mut state = self.0.state.lock();

@@ -101,7 +101,7 @@ impl Client {
         let session = ticket.session;
         // The server answers in order, so the listing's answer comes right after the create's:
         // waiting for the listing first wakes this thread once for both.
-        let listing = listed.answer.wait(self.deadline);
+        let listing = self.core.await_answer(&listed.answer, self.deadline);
         if let Some(d) = self.deadline {
             if !ticket.answer.ready(d) {
                 self.core.finish_later(

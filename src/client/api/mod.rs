@@ -270,7 +270,7 @@ impl Client {
     /// Waits for a ticket's answer until this handle's deadline. A watch the request would
     /// have set is cancelled if the caller stops waiting.
     fn wait(&self, ticket: Ticket, path: &str, watch: Option<&WatchReg>) -> Result<Reply> {
-        let Ok(answer) = ticket.answer.wait(self.deadline) else {
+        let Ok(answer) = self.core.await_answer(&ticket.answer, self.deadline) else {
             if let Some(w) = watch {
                 self.core.cancel_watch(w);
             }

@@ -2,6 +2,7 @@
 //! replay, watch restore), then reads every answer and notification, keeps the connection
 //! alive (pings, the lease heartbeat) and decides what each answer proves about the session.
 
+use super::frames::{Beats, Ended};
 use super::*;
 
 /// The pause after every host was tried once in vain doubles from here...
@@ -16,34 +17,6 @@ const MAX_PROBE: Duration = Duration::from_secs(60);
 /// How soon the reader tries again a keep-alive it could not write because a caller was
 /// writing (it never waits behind a write: that write may wait for the reader).
 const BUSY_RETRY: Duration = Duration::from_millis(5);
-/// The wire code of `NoNode`, for which an `exists` still sets its watch.
-const NO_NODE: i32 = -101;
-const SESSION_EXPIRED: i32 = -112;
-const UNIMPLEMENTED: i32 = -6;
-const SESSION_CLOSED_REQUIRE_AUTH: i32 = -124;
-
-/// The connection's keep-alives, and what its answers prove the leader has seen.
-struct Beats {
-    /// When the unanswered ping went out.
-    ping_sent: Option<Instant>,
-    /// A lease heartbeat (a check-only transaction) waits for its answer.
-    heartbeat_out: bool,
-    /// When the last heartbeat was answered: the next goes out a tick later at the earliest,
-    /// so that it can vouch for the touch before it (see `touches`).
-    heartbeat_answered: Option<Instant>,
-    touches: Touches,
-    /// A read-only server: it has no leader, so nothing it answers extends the lease.
-    read_only: bool,
-    /// When the latest answer came: the server answers a session's requests in order, so the
-    /// next one waited only from then (or from its send, if later).
-    last_answer: Option<Instant>,
-    /// An answer said the session is over: the connection ends here.
-    ended: Option<Ended>,
-    /// The latest frame was an older server's refusal of an opcode it does not know: if the
-    /// connection ends now, it ended for that (the server closes after one), not for a
-    /// restart.
-    refused_last: bool,
-}
 
 /// How a connection ended.
 struct Served {
@@ -97,16 +70,6 @@ impl Probe {
     }
 }
 
-/// How the server ended the session in an answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
-    /// `SessionExpired`: LOST now, not when the server closes the connection.
-    Expired,
-    /// `SessionClosedRequireSaslAuth`: the server enforces authentication this client does not
-    /// have; it stops, as for refused credentials.
-    AuthRequired,
-}
-
 /// Why a connection attempt gave no usable connection.
 enum Dial {
     /// The server said the session expired (LOST is published): build a new one at once.
@@ -140,7 +103,7 @@ struct Conn {
     /// The server's address.
     server: Option<SocketAddr>,
     stream: LinkReader,
-    reader: FrameReader,
+    frames: FrameReader,
     epoch: u64,
     timeout: Duration,
     read_only: bool,
@@ -480,7 +443,7 @@ impl Core {
         Ok(Conn {
             server,
             stream,
-            reader,
+            frames: reader,
             epoch,
             timeout,
             read_only: answer.read_only,
@@ -538,7 +501,7 @@ impl Core {
     /// Reads answers until the connection dies, pinging it while idle; on a read-only server,
     /// also asks the `others` now and then whether one serves read-write, and leaves for the
     /// first that does. Returns how the connection ended.
-    fn serve(&self, mut conn: Conn, hosts: Vec<HostPort>) -> Served {
+    fn serve(&self, conn: Conn, hosts: Vec<HostPort>) -> Served {
         let read_timeout = conn.timeout * 2 / 3;
         let ping_every = read_timeout / 3;
         // The lease heartbeat: a write the leader checks the session for, whenever the lease
@@ -548,17 +511,8 @@ impl Core {
         // read-only server nothing can move the bound: no heartbeat.
         let anchor_every = conn.timeout / 2;
         let tick = self.config.tick_time;
-        let mut last_recv = Instant::now();
-        let mut beats = Beats {
-            ping_sent: None,
-            heartbeat_out: conn.read_only,
-            heartbeat_answered: None,
-            touches: Touches::new(tick),
-            read_only: conn.read_only,
-            last_answer: None,
-            ended: None,
-            refused_last: false,
-        };
+        *self.beats.lock() = Beats::new(conn.read_only, tick);
+        self.reading.install(conn.stream, conn.frames, read_timeout);
         let mut probe = conn.read_only.then(|| Probe {
             hosts,
             security: self.config.security.clone(),
@@ -571,7 +525,6 @@ impl Core {
         // connection's own keep-alive never suffers (and a second at most, Java's bound).
         let probe_patience = (ping_every / 2).min(Duration::from_secs(1));
         let mut read_write = None;
-        let mut socket_timeout = Duration::ZERO;
         // A keep-alive that found a caller writing: when to try it again.
         let mut busy = None;
         let why = loop {
@@ -587,14 +540,29 @@ impl Core {
             // What is due goes out first, on every turn: also while answers keep coming (a
             // busy reader must not starve the heartbeat, nor the ping).
             let now = Instant::now();
+            // What is due is marked sent before it goes, under the lock every reader takes
+            // frames under: a caller may read its answer before the send returns.
+            let (last_recv, anchor_at, mut beat, ping) = {
+                let mut beats = self.beats.lock();
+                let anchor_at = self
+                    .anchored_at()
+                    .map(|t| t + anchor_every)
+                    .max(beats.heartbeat_answered.map(|t| t + tick));
+                let beat = !beats.heartbeat_out && self.live_tokens.load(Ordering::SeqCst) > 0;
+                let beat_now = beat && anchor_at.is_none_or(|t| now >= t);
+                let ping = !beat_now
+                    && beats.ping_sent.is_none()
+                    && now >= self.outbox.last_send() + ping_every;
+                if beat_now {
+                    beats.heartbeat_out = true;
+                } else if ping {
+                    beats.ping_sent = Some(now);
+                }
+                (beats.last_recv, anchor_at, beat, ping)
+            };
             if now >= last_recv + read_timeout {
                 break format!("nothing heard for {read_timeout:?}");
             }
-            let anchor_at = self
-                .anchored_at()
-                .map(|t| t + anchor_every)
-                .max(beats.heartbeat_answered.map(|t| t + tick));
-            let mut beat = !beats.heartbeat_out && self.live_tokens.load(Ordering::SeqCst) > 0;
             if beat && anchor_at.is_none_or(|t| now >= t) {
                 // The cheapest request the leader checks the session for: a transaction that
                 // only checks that the root exists.
@@ -609,19 +577,22 @@ impl Core {
                     ..check
                 };
                 match self.outbox.try_send(vec![heartbeat]) {
-                    Ok(Some(_)) => {
-                        beats.heartbeat_out = true;
-                        beat = false;
-                    }
+                    Ok(Some(_)) => beat = false,
                     // A caller is writing: again on the next turn, soon.
-                    Ok(None) => busy = Some(now + BUSY_RETRY),
+                    Ok(None) => {
+                        self.beats.lock().heartbeat_out = false;
+                        busy = Some(now + BUSY_RETRY);
+                    }
                     Err(e) => break format!("heartbeat: {e}"),
                 }
-            } else if beats.ping_sent.is_none() && now >= self.outbox.last_send() + ping_every {
+            } else if ping {
                 let ping = Enc::request(xid::PING, op::PING).finish();
                 match self.outbox.try_send_reserved(conn.epoch, &ping) {
-                    Ok(true) => beats.ping_sent = Some(now),
-                    Ok(false) => busy = Some(now + BUSY_RETRY),
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.beats.lock().ping_sent = None;
+                        busy = Some(now + BUSY_RETRY);
+                    }
                     Err(e) => break format!("ping: {e}"),
                 }
             }
@@ -632,212 +603,39 @@ impl Core {
             if let Some(p) = &probe {
                 wake = wake.min(p.at);
             }
-            if beats.ping_sent.is_none() {
+            if self.beats.lock().ping_sent.is_none() {
                 wake = wake.min(self.outbox.last_send() + ping_every);
             }
             if beat {
                 wake = wake.min(anchor_at.unwrap_or(now));
             }
-            let wait = wake
-                .saturating_duration_since(now)
-                .max(Duration::from_millis(1));
-            // One system call less per answer: the socket keeps its timeout unless the next
-            // deadline is nearer, or more than twice as far (then it would wake for nothing).
-            if wait < socket_timeout || wait > socket_timeout * 2 {
-                if let Err(e) = conn.stream.set_read_timeout(Some(wait)) {
-                    break format!("socket: {e}");
-                }
-                socket_timeout = wait;
+            let wake = wake.max(now + Duration::from_millis(1));
+            // Whatever fell due is sent at the top of the loop.
+            if let Err(why) = self.reading.io_turn(wake, |frame| self.take_frame(frame)) {
+                break why;
             }
-            match conn.reader.read_frame(&mut conn.stream, Some(wake)) {
-                Ok(frame) => {
-                    last_recv = Instant::now();
-                    if let Err(e) = self.on_frame(frame, &mut beats) {
-                        break format!("the server sent what the protocol does not allow: {}", e.0);
-                    }
-                    if let Some(ended) = beats.ended {
-                        break format!("the server ended the session ({ended:?})");
-                    }
-                }
-                // Whatever fell due is sent at the top of the loop.
-                Err(e) if timed_out(&e) => beats.refused_last = false,
-                Err(e) => break format!("{e}"),
+            let mut beats = self.beats.lock();
+            if beats.last_recv < now {
+                // A quiet turn: the connection outlived the latest frame, a refusal or not.
+                beats.refused_last = false;
             }
         };
-        if let Some(server) = conn.server.filter(|_| !beats.refused_last) {
+        let (refused_last, ended) = {
+            let beats = self.beats.lock();
+            (beats.refused_last, beats.ended)
+        };
+        // The socket is shut first, which ends a caller's read of it.
+        self.disconnected(conn.epoch, &why);
+        self.reading.uninstall();
+        if let Some(server) = conn.server.filter(|_| !refused_last) {
             self.outbox.forget_refusals(server);
         }
-        self.disconnected(conn.epoch, &why);
-        Served {
-            ended: beats.ended,
-            read_write,
-        }
+        Served { ended, read_write }
     }
 
     /// The send time of the latest answer that extended the lease bound.
     fn anchored_at(&self) -> Option<Instant> {
         self.status.lock().leader_saw
-    }
-
-    /// One frame from the server.
-    fn on_frame(
-        &self,
-        frame: Vec<u8>,
-        beats: &mut Beats,
-    ) -> std::result::Result<(), proto::Malformed> {
-        let mut d = Dec::new(&frame);
-        let header = ReplyHeader::decode(&mut d)?;
-        beats.refused_last = false;
-        if header.zxid > 0 {
-            self.last_zxid.fetch_max(header.zxid, Ordering::SeqCst);
-        }
-        match header.xid {
-            xid::NOTIFICATION => {
-                let n = Notification::decode(&mut d)?;
-                let to = self.watches.lock().fire(&n);
-                if !to.is_empty() {
-                    self.counters
-                        .watch_events
-                        .fetch_add(to.len() as u64, Ordering::Relaxed);
-                    let event = WatchEvent {
-                        kind: n.kind,
-                        path: strip(&self.config.prefix, &n.path),
-                    };
-                    // An unbounded channel never blocks: it gets the event from here, one
-                    // thread hop sooner (a lock's waiter wakes at once). A bounded one may be
-                    // full, so the event thread does the (possibly blocking) send; each channel
-                    // always goes one way, so its events stay in order.
-                    // Work to do before waking anyone (a waiter's next read) goes out first.
-                    for w in &to {
-                        if let Some(first) = &w.on_fire {
-                            first();
-                        }
-                    }
-                    let (direct, queued): (Vec<_>, Vec<_>) = to
-                        .into_iter()
-                        .map(|w| w.tx)
-                        .partition(|tx| tx.capacity().is_none());
-                    for tx in direct {
-                        let _ = tx.send(event.clone());
-                    }
-                    if !queued.is_empty() {
-                        self.job(Job::Deliver(queued, event));
-                    }
-                }
-            }
-            // A ping keeps the connection alive. It does not extend the lease bound: a
-            // follower answers it alone, also while cut off from the leader, which may be
-            // expiring the session meanwhile.
-            xid::PING => {
-                let sent = beats
-                    .ping_sent
-                    .take()
-                    .ok_or(proto::Malformed("unasked ping answer"))?;
-                if let Some(ended) = ended_by(header.err) {
-                    // A server that ends the session answers whatever came first with it,
-                    // a ping too.
-                    beats.ended = Some(ended);
-                    return Ok(());
-                }
-                // The server touched the session for it, which the leader learns later.
-                // Not counted as the answer before the next one (`last_answer`): that one's
-                // wait is measured from its own send or an earlier answer, the safe side.
-                beats.touches.touched(sent, Instant::now());
-            }
-            xid::SET_WATCHES => {
-                if let Some(ended) = ended_by(header.err) {
-                    beats.ended = Some(ended);
-                } else if header.err != 0 {
-                    warn!(
-                        "the server did not restore the watches (error {})",
-                        header.err
-                    );
-                }
-            }
-            xid::AUTH => {
-                let waiter = self
-                    .auth_waiters
-                    .lock()
-                    .pop_front()
-                    .ok_or(proto::Malformed("an auth answer nobody asked for"))?;
-                // Accepted credentials are replayed on every later connection: kept before the
-                // caller hears, so a connection that dies right after cannot lose them.
-                if header.err == 0 {
-                    self.added_auth
-                        .lock()
-                        .push((waiter.scheme, waiter.credentials));
-                }
-                let _ = waiter.answer.send(header.err);
-            }
-            x => {
-                let pending = self.outbox.complete(x, header.err)?;
-                // An opcode the server does not know is refused ahead of its pipeline, with
-                // zxid -1, and the connection closed after it; a feature switched off is
-                // refused through the pipeline (a real zxid) and the connection stays.
-                beats.refused_last = header.err == UNIMPLEMENTED && header.zxid == -1;
-                if let Some(w) = pending.watch.as_ref() {
-                    if header.err == 0 || (header.err == NO_NODE && w.kind == WatchType::Exist) {
-                        self.watches.lock().add(w.as_set(header.err == 0));
-                    } else if header.err == NO_NODE && pending.hold {
-                        // A held node that was gone before its watch was set.
-                        self.hold_gone(&strip(&self.config.prefix, &w.path));
-                    }
-                }
-                let now = Instant::now();
-                if pending.heartbeat {
-                    beats.heartbeat_out = false;
-                    beats.heartbeat_answered = Some(now);
-                    if header.err != 0 {
-                        // NoAuth: our identity cannot read the root we check; the bound then
-                        // moves only with our own writes, and holds lapse.
-                        warn!(
-                            "the lease heartbeat failed (error {}): held locks lapse unless \
-                             this client's writes go through; it needs READ on {}",
-                            header.err,
-                            self.config.full("/")
-                        );
-                    }
-                }
-                // A write's answer from the leader's pipeline vouches for the touches the
-                // follower passed on before it forwarded the write (see `touches`). Only
-                // answers given after the leader checked the session count: not one from the
-                // server we talk to alone (a read-only one, a throttled or refused request).
-                let err = header.err;
-                let reply = conn::Reply { header, frame };
-                // Its own wait: from its send, or from the answer before it if that came later
-                // (it queued behind ours).
-                let waited_from = beats
-                    .last_answer
-                    .replace(now)
-                    .map_or(pending.sent, |a| a.max(pending.sent));
-                if pending.anchors != Anchors::No && !beats.read_only {
-                    let checked = request::leader_vouched(pending.anchors, &reply);
-                    let through = Through {
-                        sent: pending.sent,
-                        waited_from,
-                        answered: now,
-                        checked,
-                    };
-                    if let Some(touch) = beats.touches.leader_answered(through) {
-                        self.answered(touch);
-                    }
-                }
-                if err == 0 || err == NO_NODE {
-                    beats.touches.touched(pending.sent, now);
-                }
-                pending.answer.fulfil(reply);
-                beats.ended = ended_by(err).or(beats.ended);
-            }
-        }
-        Ok(())
-    }
-
-    /// The leader has certainly touched the current session at or after `touch`.
-    fn answered(&self, touch: Instant) {
-        let mut status = self.status.lock();
-        if status.session.is_some() {
-            status.leader_saw = Some(status.leader_saw.map_or(touch, |t| t.max(touch)));
-        }
     }
 }
 
@@ -862,7 +660,7 @@ fn sasl_exchange(
         match header.err {
             0 => d.buffer().map_err(|e| Dial::Failed(e.0.into())),
             // AuthFailed, SessionClosedRequireSaslAuth: the server closes after either.
-            -115 | SESSION_CLOSED_REQUIRE_AUTH => Err(Dial::AuthFailed),
+            -115 | super::frames::SESSION_CLOSED_REQUIRE_AUTH => Err(Dial::AuthFailed),
             err => Err(Dial::Failed(format!(
                 "the server's SASL answer: error {err}"
             ))),
@@ -884,15 +682,6 @@ fn sasl_exchange(
     let response = exchange.respond(&challenge).map_err(refused)?;
     let proof = ask(2, &response)?;
     exchange.verify(&proof).map_err(refused)
-}
-
-/// The answers that end the session, whatever they answer.
-fn ended_by(err: i32) -> Option<Ended> {
-    match err {
-        SESSION_EXPIRED => Some(Ended::Expired),
-        SESSION_CLOSED_REQUIRE_AUTH => Some(Ended::AuthRequired),
-        _ => None,
-    }
 }
 
 /// Attaches to session `id` over `sock` and closes it, so that its ephemeral nodes go now

@@ -1,9 +1,11 @@
-//! The session layer: one I/O thread owns the connection's read side, the handshake and its
-//! auth and watch replay, pings, and the state machine CONNECTED / SUSPENDED / RECONNECTED /
-//! LOST. It uses the connection layer ([`Outbox`], [`FrameReader`]) and nothing above it.
+//! The session layer: one I/O thread owns the connection (it dials it, ends it, and is its
+//! reader of last resort), the handshake and its auth and watch replay, pings, and the state
+//! machine CONNECTED / SUSPENDED / RECONNECTED / LOST. It uses the connection layer
+//! ([`Outbox`], [`FrameReader`]) and nothing above it.
 //!
 //! This file holds the session's state and what the client asks of it; `io.rs` is the I/O
-//! thread itself.
+//! thread itself, `turn.rs` who reads the connection (a caller waiting for its answer reads it
+//! itself while no one else does), `frames.rs` what each frame means, whoever read it.
 //!
 //! A connection is dead when no whole answer has come for two thirds of the negotiated timeout
 //! (pings go out after a third of that without a send); its requests then fail with
@@ -24,7 +26,7 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::config::{strip, Config};
-use super::conn::{self, timed_out, Anchors, FrameReader, Outbox, Outgoing};
+use super::conn::{self, Anchors, FrameReader, Outbox, Outgoing};
 use super::dial::{bound, resolve};
 use super::events::{Job, Then};
 use super::link::{self, LinkReader, LinkWriter, OpenError, Security, Target};
@@ -32,7 +34,7 @@ use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
 use super::request::{self, Req};
-use super::slot::Awaited;
+use super::slot::{Awaited, TimedOut};
 use super::state::{ConnectionState, StateEvent, Subscribers, Subscription};
 use super::token::SessionToken;
 use super::touches::{Through, Touches};
@@ -42,7 +44,9 @@ use crate::connect_string::HostPort;
 use crate::error::{Error, Result};
 use crate::session_id::SessionId;
 
+mod frames;
 mod io;
+mod turn;
 
 #[cfg(feature = "testing")]
 pub(crate) use io::close_session;
@@ -117,6 +121,11 @@ pub(crate) struct Counters {
 pub(crate) struct Core {
     pub config: Config,
     pub outbox: Outbox,
+    /// Who reads the connection: the I/O thread, or a caller waiting for its answer.
+    reading: turn::Reading,
+    /// The connection's keep-alives and what its answers proved, under the lock every
+    /// reader takes frames under.
+    beats: Mutex<frames::Beats>,
     watches: Mutex<Registry>,
     status: Mutex<Status>,
     status_changed: Condvar,
@@ -183,6 +192,7 @@ impl Core {
             passwd: passwd.clone(),
         });
         let config_hosts = config.connect.hosts.clone();
+        let tick = config.tick_time;
         let (jobs, jobs_rx) = unbounded();
         let (hold_tx, hold_rx) = unbounded();
         let (config_tx, config_rx) = unbounded();
@@ -190,6 +200,8 @@ impl Core {
         let core = Arc::new(Core {
             config,
             outbox: Outbox::new(),
+            reading: turn::Reading::new(),
+            beats: Mutex::new(frames::Beats::new(false, tick)),
             watches: Mutex::new(Registry::default()),
             status: Mutex::new(Status {
                 phase: Phase::Connecting,
@@ -291,6 +303,21 @@ impl Core {
     /// Sends work to the event thread.
     pub fn job(&self, job: Job) {
         let _ = self.jobs.send(job);
+    }
+
+    /// Waits for a request's answer until `until` (`None`: as long as it takes), reading the
+    /// connection itself while no one else does (see `turn`). As [`Awaited::wait`]: `Ok(None)`
+    /// if the connection died first, `Err` at the deadline with the answer left for later.
+    pub fn await_answer(
+        &self,
+        answer: &Awaited<conn::Reply>,
+        until: Option<Instant>,
+    ) -> std::result::Result<conn::Answer, TimedOut> {
+        if !answer.is_ready() {
+            self.reading
+                .caller_turn(|| answer.is_ready(), until, |frame| self.take_frame(frame));
+        }
+        answer.wait(until)
     }
 
     /// Hands the event thread a request nobody waits for any more: when it is answered (or
