@@ -430,3 +430,49 @@ fn a_move_decided_during_a_handshake_ends_that_handshake_at_once() {
     assert!(other.accepted() >= 1, "it reconnected through the new list");
     assert!(client.exists("/").unwrap().is_some());
 }
+
+/// A caller that reads its own answer (no one else reading) takes whatever came with it: a
+/// notification that arrives in the same read is delivered at once, not left in the buffer
+/// until more bytes wake the I/O thread. The proxy delivers the answer and the notification
+/// in one write, then holds everything after it (pings' answers too): left in the buffer, the
+/// event would come only after the connection is declared dead and the watch restored.
+#[test]
+fn a_notification_read_with_a_callers_answer_is_delivered_at_once() {
+    let f = faulty();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(2));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(2));
+    let root = root("notification-behind-an-answer");
+    let node = format!("{root}/n");
+    client.create(&root, b"", CreateMode::Persistent).unwrap();
+    client.create(&node, b"", CreateMode::Persistent).unwrap();
+    let (tx, events) = crossbeam_channel::unbounded();
+    client.data_watch(&node, &tx).unwrap();
+    let states = client.subscribe();
+
+    f.proxy.hold_replies();
+    let (answered_tx, answered) = mpsc::channel();
+    let c = client.clone();
+    let r = root.clone();
+    let caller = thread::spawn(move || answered_tx.send(c.exists(&r)).unwrap());
+    // The caller's answer is held, then the notification behind it.
+    wait_for(SOON, || (f.proxy.held_bytes() > 0).then_some(())).expect("the answer is held");
+    let answer_bytes = f.proxy.held_bytes();
+    other.delete(&node).unwrap();
+    wait_for(SOON, || (f.proxy.held_bytes() > answer_bytes).then_some(()))
+        .expect("the notification is held");
+    // Both go out in one write; nothing after them.
+    f.proxy.heal();
+    wait_for(SOON, || (f.proxy.held_bytes() == 0).then_some(())).expect("delivered");
+    f.proxy.hold_replies();
+
+    assert!(answered.recv().unwrap().unwrap().is_some());
+    caller.join().unwrap();
+    let event = events.recv_timeout(SOON).expect("the watch event");
+    assert_eq!(event.kind, zk_recipes::WatchKind::Deleted);
+    assert_eq!(event.path, node);
+    assert!(
+        states.try_recv().is_none(),
+        "the event came only after the connection was lost: it was left unread"
+    );
+    f.proxy.heal();
+}
