@@ -10,13 +10,13 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::link::LinkWriter;
+use super::link::{LinkWriter, Socket};
 use super::proto::{self, ReplyHeader, MAX_FRAME};
 use super::slot::{slot, Awaited, Promise};
 use super::watches::WatchReg;
@@ -138,7 +138,7 @@ pub(crate) struct Outbox {
     wire: Mutex<Wire>,
     answers: Mutex<Answers>,
     /// The open connection's socket, to end it without waiting for a writer stuck on it.
-    kill: Mutex<Option<TcpStream>>,
+    kill: Mutex<Option<Socket>>,
     opened: Condvar,
     /// When the last request or ping went out, as nanoseconds since `born`: read by the
     /// reader thread without any lock.
@@ -182,7 +182,7 @@ impl Outbox {
             return false;
         }
         self.answers.lock().server = stream.peer_addr();
-        *self.kill.lock() = stream.socket().try_clone().ok();
+        *self.kill.lock() = Some(stream.socket().clone());
         w.stream = Some(stream);
         w.session = session;
         w.epoch = epoch;

@@ -7,7 +7,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-#[cfg(feature = "tls")]
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +60,11 @@ impl std::fmt::Display for OpenError {
     }
 }
 
+/// A connection's one socket, shared by everything that reads, writes, waits on or shuts it:
+/// one file descriptor per connection, however many hands hold it (a process may run hundreds
+/// of clients).
+pub(crate) type Socket = Arc<TcpStream>;
+
 /// Dials `target` and, for TLS, completes the TLS handshake, all by `until`. `dialed` sees
 /// the socket as soon as it is connected (so that a shutdown can end a handshake that
 /// stalls); false from it gives up.
@@ -68,12 +72,12 @@ pub(crate) fn open(
     target: &Target<'_>,
     security: &Security,
     until: Instant,
-    dialed: impl FnOnce(&TcpStream) -> bool,
+    dialed: impl FnOnce(&Socket) -> bool,
 ) -> Result<(LinkReader, LinkWriter), OpenError> {
-    let sock = match target.addr {
+    let sock = Arc::new(match target.addr {
         Some(addr) => dial_addrs(&[addr], until)?,
         None => dial(target.host, target.port, until)?,
-    };
+    });
     if !dialed(&sock) {
         return Err(
             io::Error::other("given up: the client closes, or moves to another server").into(),
@@ -81,7 +85,7 @@ pub(crate) fn open(
     }
     match security {
         Security::Plain => {
-            let writer = sock.try_clone()?;
+            let writer = sock.clone();
             Ok((
                 LinkReader {
                     sock,
@@ -100,9 +104,9 @@ pub(crate) fn open(
             let conn = tls.handshake(&sock, target.host, until)?;
             let shared = Arc::new(Shared {
                 conn: Mutex::new(conn),
-                out: Mutex::new(sock.try_clone()?),
+                out: Mutex::new(sock.clone()),
             });
-            let writer = sock.try_clone()?;
+            let writer = sock.clone();
             Ok((
                 LinkReader {
                     sock,
@@ -129,7 +133,7 @@ struct Shared {
     conn: Mutex<rustls::ClientConnection>,
     /// The socket's write side: encrypted bytes go out under it, in the order they were
     /// encrypted.
-    out: Mutex<TcpStream>,
+    out: Mutex<Socket>,
 }
 
 #[cfg(feature = "tls")]
@@ -170,7 +174,7 @@ fn pending_records(conn: &mut rustls::ClientConnection) -> io::Result<Vec<u8>> {
 
 /// The read side, owned by the I/O thread.
 pub(crate) struct LinkReader {
-    sock: TcpStream,
+    sock: Socket,
     #[cfg(feature = "tls")]
     tls: Option<TlsIn>,
 }
@@ -188,7 +192,7 @@ struct TlsIn {
 impl LinkReader {
     /// The socket, if the connection is plain TCP: what comes in is then all there is to read
     /// (a TLS state may hold plaintext the socket no longer shows).
-    pub fn plain_socket(&self) -> Option<&TcpStream> {
+    pub fn plain_socket(&self) -> Option<&Socket> {
         #[cfg(feature = "tls")]
         if self.tls.is_some() {
             return None;
@@ -206,15 +210,15 @@ impl Read for LinkReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         #[cfg(feature = "tls")]
         if let Some(tls) = self.tls.as_mut() {
-            return tls.read(&mut self.sock, buf);
+            return tls.read(&self.sock, buf);
         }
-        self.sock.read(buf)
+        (&*self.sock).read(buf)
     }
 }
 
 #[cfg(feature = "tls")]
 impl TlsIn {
-    fn read(&mut self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    fn read(&mut self, mut sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
         // Records that carry no plaintext (tickets, key updates) are taken in a loop, but not
         // for ever: after this many, the caller gets a turn to look at its deadlines.
         let mut empty_rounds = 0;
@@ -234,10 +238,10 @@ impl TlsIn {
                     // An alert or a key update to answer goes out now if no writer is busy;
                     // otherwise the next write takes it along.
                     if conn.wants_write() {
-                        if let Some(mut out) = self.shared.out.try_lock() {
+                        if let Some(out) = self.shared.out.try_lock() {
                             let records = pending_records(&mut conn)?;
                             drop(conn);
-                            out.write_all(&records)?;
+                            (&**out).write_all(&records)?;
                         }
                     }
                     processed.map_err(tls_error)?;
@@ -261,7 +265,7 @@ impl TlsIn {
 
 /// The write side, owned by the connection layer's outbox.
 pub(crate) struct LinkWriter {
-    sock: TcpStream,
+    sock: Socket,
     #[cfg(feature = "tls")]
     tls: Option<Arc<Shared>>,
 }
@@ -271,7 +275,7 @@ impl LinkWriter {
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         #[cfg(feature = "tls")]
         if let Some(shared) = &self.tls {
-            let mut out = shared.out.lock();
+            let out = shared.out.lock();
             // The TLS state takes a bounded amount of plaintext at a time: what it took goes
             // out encrypted before the next piece (a request may be a megabyte).
             let mut rest = bytes;
@@ -284,14 +288,14 @@ impl LinkWriter {
                 if taken == 0 && records.is_empty() {
                     return Err(io::ErrorKind::WriteZero.into());
                 }
-                out.write_all(&records)?;
+                (&**out).write_all(&records)?;
                 rest = &rest[taken..];
                 if rest.is_empty() {
                     return Ok(());
                 }
             }
         }
-        self.sock.write_all(bytes)
+        (&*self.sock).write_all(bytes)
     }
 
     /// Ends the connection both ways; the reader sees its end.
@@ -305,7 +309,7 @@ impl LinkWriter {
     }
 
     /// The socket, for its timeouts and for shutting it from elsewhere.
-    pub fn socket(&self) -> &TcpStream {
+    pub fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -224,7 +224,7 @@ pub fn pid_alive(pid: u32) -> bool {
             .rsplit(')')
             .next()
             .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
     }
 }
 

@@ -261,11 +261,11 @@ pub(crate) fn wait_ready(
 ) -> Result<(), HarnessError> {
     let until = Instant::now() + timeout;
     loop {
-        if let Ok(answer) = four_letter_over(addr, word, Duration::from_millis(500), security) {
-            if ready(&answer) {
-                return Ok(());
-            }
-        }
+        let last = match four_letter_over(addr, word, Duration::from_millis(500), security) {
+            Ok(answer) if ready(&answer) => return Ok(()),
+            Ok(answer) => format!("answered {:?}", answer.lines().next().unwrap_or("")),
+            Err(e) => e.to_string(),
+        };
         if !jvm.is_alive() {
             return Err(HarnessError::StartFailed(format!(
                 "the ZooKeeper JVM exited during start-up. Its log:\n{}",
@@ -274,7 +274,8 @@ pub(crate) fn wait_ready(
         }
         if Instant::now() >= until {
             return Err(HarnessError::StartFailed(format!(
-                "ZooKeeper at {addr} did not answer `{word}` within {timeout:?}. Its log:\n{}",
+                "ZooKeeper at {addr} did not answer `{word}` within {timeout:?} (last: {last}). \
+                 Its log:\n{}",
                 jvm.log_tail()
             )));
         }

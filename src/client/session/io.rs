@@ -256,8 +256,8 @@ impl Core {
     /// Registers the handshake socket for shutdown; false if the client is closing, or moving
     /// to a server of a new list (decided before the socket was registered, so nothing shut
     /// it: `update_hosts` sets the move, then looks for the socket).
-    fn track_connecting(&self, s: &TcpStream) -> bool {
-        *self.connecting.lock() = s.try_clone().ok();
+    fn track_connecting(&self, s: &Socket) -> bool {
+        *self.connecting.lock() = Some(s.clone());
         !self.is_closed() && !self.move_pending()
     }
 

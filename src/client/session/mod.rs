@@ -15,7 +15,7 @@
 //! now) and builds a new one.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
@@ -29,7 +29,7 @@ use super::config::{strip, Config};
 use super::conn::{self, Anchors, FrameReader, Outbox, Outgoing};
 use super::dial::{bound, resolve};
 use super::events::{Job, Then};
-use super::link::{self, LinkReader, LinkWriter, OpenError, Security, Target};
+use super::link::{self, LinkReader, LinkWriter, OpenError, Security, Socket, Target};
 use super::proto::{
     self, op, xid, ConnectRequest, ConnectResponse, Dec, Enc, Notification, ReplyHeader,
 };
@@ -149,7 +149,7 @@ pub(crate) struct Core {
     stop: Mutex<Option<Sender<()>>>,
     stopped: Receiver<()>,
     /// The socket of a handshake in progress, so that shutdown can cut it.
-    connecting: Mutex<Option<TcpStream>>,
+    connecting: Mutex<Option<Socket>>,
     /// Why the latest connection attempt failed in its TLS setup, until one succeeds: what
     /// `connect()` reports instead of a bare timeout.
     pub tls_failure: Mutex<Option<String>>,

@@ -32,7 +32,6 @@
 //! client contending for a lock waits once per notification.
 
 use std::io;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use log::debug;
@@ -41,7 +40,7 @@ use parking_lot::{Mutex, MutexGuard};
 use self::poll::Poller;
 
 use super::super::conn::{timed_out, FrameReader};
-use super::super::link::LinkReader;
+use super::super::link::{LinkReader, Socket};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Holder {
@@ -53,9 +52,9 @@ enum Holder {
 /// Who reads, and the state of the I/O thread's registration.
 struct Turn {
     holder: Holder,
-    /// The registered socket (a clone of the reading one: the registration follows the
-    /// connection, not the descriptor), while callers may read this connection.
-    registered: Option<TcpStream>,
+    /// The registered socket (the reading one, shared), while callers may read this
+    /// connection.
+    registered: Option<Socket>,
     /// The registration will fire when bytes come.
     armed: bool,
     /// What ended the connection in a caller's hands, for the I/O thread.
@@ -128,17 +127,13 @@ impl Reading {
     /// TCP and the poller takes it.
     pub fn install(&self, stream: LinkReader, frames: FrameReader, patience: Duration) {
         let registered = match (&self.poller, stream.plain_socket()) {
-            (Some(poller), Some(sock)) => {
-                sock.try_clone()
-                    .ok()
-                    .filter(|clone| match poller.add(clone) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            debug!("epoll refused the socket ({e}): the I/O thread reads");
-                            false
-                        }
-                    })
-            }
+            (Some(poller), Some(sock)) => match poller.add(sock) {
+                Ok(()) => Some(sock.clone()),
+                Err(e) => {
+                    debug!("epoll refused the socket ({e}): the I/O thread reads");
+                    None
+                }
+            },
             _ => None,
         };
         *self.side.lock() = Some(Side {
