@@ -109,3 +109,68 @@ fn child_holds_a_server_until_killed() {
     let _ = rx.recv();
     drop(server);
 }
+
+#[test]
+fn a_proxy_closes_the_sockets_of_connections_that_ended_on_their_own() {
+    // In a child process of its own, so that no other test's descriptors are counted.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_counts_a_proxys_descriptors",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZKR_PROXY_CHILD", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PROXY_CHILD_DONE"));
+}
+
+/// Run only by `a_proxy_closes_the_sockets_of_connections_that_ended_on_their_own`, in a child
+/// process.
+#[test]
+#[ignore = "child process of a_proxy_closes_the_sockets_of_connections_that_ended_on_their_own"]
+fn child_counts_a_proxys_descriptors() {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+    use zk_recipes::testing::FaultProxy;
+
+    if std::env::var_os("ZKR_PROXY_CHILD").is_none() {
+        return;
+    }
+    let descriptors = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    // A target that answers every connection by closing it: each connection through the
+    // proxy ends by itself, never by a cut.
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = FaultProxy::start(target.local_addr().unwrap()).unwrap();
+    let before = descriptors();
+    let rounds = 50;
+    for _ in 0..rounds {
+        let mut client = TcpStream::connect(proxy.addr()).unwrap();
+        drop(target.accept().unwrap());
+        // The proxy passes the end on: the client reads end-of-stream.
+        let mut byte = [0u8; 1];
+        assert_eq!(client.read(&mut byte).unwrap(), 0);
+    }
+    assert_eq!(proxy.accepted(), rounds);
+    // The proxy's sockets of every ended connection (the accepted one and the one to the
+    // target) are closed once its pumps notice, without a cut or the proxy's drop.
+    let settled = wait_for(Duration::from_secs(10), || {
+        (descriptors() <= before).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "{} descriptors open after {rounds} ended connections, {before} before",
+        descriptors()
+    );
+    drop(proxy);
+    println!("PROXY_CHILD_DONE");
+}

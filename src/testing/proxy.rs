@@ -28,9 +28,12 @@ enum Mode {
     Refuse,
 }
 
+/// One proxied connection: the socket accepted from the client and the one dialled to the
+/// target, shared by its two pumps and the list [`FaultProxy::cut`] walks (one descriptor each).
 struct Conn {
+    id: u64,
     cut: Arc<AtomicBool>,
-    sockets: [TcpStream; 2],
+    sockets: [Arc<TcpStream>; 2],
 }
 
 struct Shared {
@@ -212,27 +215,24 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             continue;
         };
         let cut = Arc::new(AtomicBool::new(false));
-        let clones = (
-            client.try_clone(),
-            server.try_clone(),
-            client.try_clone(),
-            server.try_clone(),
-        );
-        let (Ok(c1), Ok(s1), Ok(c2), Ok(s2)) = clones else {
-            continue;
-        };
+        let (client, server) = (Arc::new(client), Arc::new(server));
+        let id = shared.accepted.load(Ordering::SeqCst);
         shared.conns.lock().push(Conn {
+            id,
             cut: cut.clone(),
-            sockets: [c1, s1],
+            sockets: [client.clone(), server.clone()],
         });
         let mut threads = shared.threads.lock();
         threads.retain(|t| !t.is_finished());
-        for (from, to, replies) in [(client, s2, false), (server, c2, true)] {
+        for (from, to, replies) in [
+            (client.clone(), server.clone(), false),
+            (server, client, true),
+        ] {
             let s = shared.clone();
             let cut = cut.clone();
             if let Ok(h) = thread::Builder::new()
                 .name("fault-proxy-pump".into())
-                .spawn(move || pump(&s, from, to, &cut, replies))
+                .spawn(move || pump(&s, id, &from, &to, &cut, replies))
             {
                 threads.push(h);
             }
@@ -240,8 +240,17 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-/// Copies `from` to `to`; `replies` tells that this is the server-to-client direction.
-fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool, replies: bool) {
+/// Copies `from` to `to` for connection `id`; `replies` tells that this is the server-to-client
+/// direction. When either direction ends, both sockets are shut and the connection leaves the
+/// proxy's list, so its descriptors close once both pumps are gone.
+fn pump(
+    shared: &Shared,
+    id: u64,
+    mut from: &TcpStream,
+    mut to: &TcpStream,
+    cut: &AtomicBool,
+    replies: bool,
+) {
     let _ = from.set_read_timeout(Some(POLL));
     let _ = to.set_nodelay(true);
     let mut buf = vec![0u8; 64 * 1024];
@@ -293,4 +302,5 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream, cut: &AtomicBoo
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+    shared.conns.lock().retain(|c| c.id != id);
 }
