@@ -476,3 +476,68 @@ fn a_notification_read_with_a_callers_answer_is_delivered_at_once() {
     );
     f.proxy.heal();
 }
+
+/// A handshake that replays credentials reads their answer, and with it whatever the server
+/// sent behind it: here a notification for a watch it restored (the node changed while the
+/// client was away) and the restore's own answer. Those frames are in the connection's buffer,
+/// where the I/O thread's poller cannot see them: they are taken at once, not left until more
+/// bytes come. As in the test above, everything after them is held (pings' answers too): left
+/// in the buffer, the event would come only after the connection is declared dead.
+#[test]
+fn a_notification_read_with_the_handshakes_auth_answer_is_delivered_at_once() {
+    let f = faulty();
+    let client = builder(&f.proxy.connect_string())
+        .session_timeout(Duration::from_secs(2))
+        .authorization("digest", "reader:secret")
+        .connect()
+        .unwrap();
+    let other = connect(&f.server.connect_string(), Duration::from_secs(2));
+    let root = root("notification-behind-auth");
+    let node = format!("{root}/n");
+    client.create(&root, b"", CreateMode::Persistent).unwrap();
+    client.create(&node, b"", CreateMode::Persistent).unwrap();
+    let (tx, events) = crossbeam_channel::unbounded();
+    client.data_watch(&node, &tx).unwrap();
+    let id = client.session_id();
+    let states = client.subscribe();
+
+    // The next handshake's answer is held; meanwhile the node changes.
+    f.proxy.hold_replies();
+    f.proxy.cut();
+    next_state(&states, Suspended);
+    wait_for(SOON, || {
+        (f.proxy.accepted() >= 2 && f.proxy.held_replies() > 0).then_some(())
+    })
+    .expect("the client reconnects and its handshake's answer is held");
+    other.set_data(&node, b"changed", None).unwrap();
+    // The handshake's answer goes through; the credentials and the watches to restore (one
+    // write) are held.
+    f.proxy.hold_requests();
+    wait_for(SOON, || (f.proxy.held_requests() > 0).then_some(()))
+        .expect("the credentials and the watches are held");
+    // They reach the server; its answers are held until all three are there: the credentials'
+    // (20 bytes), the notification (32 + the path) and the restore's (20).
+    f.proxy.hold_replies();
+    let all = 72 + node.len() as u64;
+    wait_for(SOON, || (f.proxy.held_replies() >= all).then_some(()))
+        .expect("the three answers are held");
+    // All three go out in one write; nothing after them.
+    f.proxy.heal();
+    wait_for(SOON, || (f.proxy.held_bytes() == 0).then_some(())).expect("delivered");
+    f.proxy.hold_replies();
+
+    let back = next_state(&states, Reconnected);
+    assert_eq!(Some(back.session_id), id);
+    let event = events.recv_timeout(SOON).expect("the watch event");
+    assert_eq!(
+        event.kind,
+        zk_recipes::WatchKind::DataChanged,
+        "the notification was left unread; the connection died, then the session"
+    );
+    assert_eq!(event.path, node);
+    assert!(
+        states.try_recv().is_none(),
+        "the event came only after the connection was lost: it was left unread"
+    );
+    f.proxy.heal();
+}

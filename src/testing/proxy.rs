@@ -43,7 +43,8 @@ struct Shared {
     conns: Mutex<Vec<Conn>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
-    held: AtomicU64,
+    /// Bytes held, per direction: requests (`[0]`) and replies (`[1]`).
+    held: [AtomicU64; 2],
     accepted: AtomicU64,
     /// Bytes delivered from clients to the server.
     requests_passed: AtomicU64,
@@ -75,7 +76,7 @@ impl FaultProxy {
             conns: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
-            held: AtomicU64::new(0),
+            held: [AtomicU64::new(0), AtomicU64::new(0)],
             accepted: AtomicU64::new(0),
             requests_passed: AtomicU64::new(0),
         });
@@ -112,7 +113,9 @@ impl FaultProxy {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
-        self.shared.held.store(0, Ordering::SeqCst);
+        for held in &self.shared.held {
+            held.store(0, Ordering::SeqCst);
+        }
     }
 
     /// Holds every byte in both directions until [`heal`](Self::heal), keeping sockets open.
@@ -166,7 +169,17 @@ impl FaultProxy {
     /// Bytes received while black-holed and not delivered yet: a test can wait for this to
     /// know a request is in flight.
     pub fn held_bytes(&self) -> u64 {
-        self.shared.held.load(Ordering::SeqCst)
+        self.held_requests() + self.held_replies()
+    }
+
+    /// Bytes from clients held and not delivered yet.
+    pub fn held_requests(&self) -> u64 {
+        self.shared.held[0].load(Ordering::SeqCst)
+    }
+
+    /// Bytes from the server held and not delivered yet.
+    pub fn held_replies(&self) -> u64 {
+        self.shared.held[1].load(Ordering::SeqCst)
     }
 
     fn set_mode(&self, mode: Mode) {
@@ -284,11 +297,11 @@ fn pump(
             if cut.load(Ordering::SeqCst) {
                 break;
             }
-            shared.held.store(pending.len() as u64, Ordering::SeqCst);
+            shared.held[usize::from(replies)].store(pending.len() as u64, Ordering::SeqCst);
             continue;
         }
         if !pending.is_empty() {
-            shared.held.store(0, Ordering::SeqCst);
+            shared.held[usize::from(replies)].store(0, Ordering::SeqCst);
             if to.write_all(&pending).is_err() {
                 break;
             }

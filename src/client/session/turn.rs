@@ -59,6 +59,9 @@ struct Turn {
     armed: bool,
     /// What ended the connection in a caller's hands, for the I/O thread.
     failed: Option<String>,
+    /// Whole frames may sit in the buffer, read before the poller watched (the handshake
+    /// reads its last answer with whatever came behind it): taken before anyone waits.
+    unread: bool,
 }
 
 /// The connection's read side, with the reader of the moment.
@@ -118,6 +121,7 @@ impl Reading {
                 registered: None,
                 armed: false,
                 failed: None,
+                unread: false,
             }),
             side: Mutex::new(None),
         }
@@ -147,6 +151,7 @@ impl Reading {
             registered,
             armed: false,
             failed: None,
+            unread: true,
         };
     }
 
@@ -161,6 +166,7 @@ impl Reading {
         turn.holder = Holder::Free;
         turn.armed = false;
         turn.failed = None;
+        turn.unread = false;
         drop(turn);
         side.take();
     }
@@ -181,6 +187,18 @@ impl Reading {
             let mut turn = self.turn.lock();
             if let Some(why) = turn.failed.take() {
                 return Err(why);
+            }
+            if turn.holder == Holder::Free && turn.unread {
+                // Frames the poller cannot see: taken now, then the wait.
+                turn.unread = false;
+                turn.holder = Holder::Io;
+                drop(turn);
+                let mut side = self.side.lock();
+                let result = side.as_mut().map_or(Ok(()), |s| s.drain(&mut take));
+                self.turn.lock().holder = Holder::Free;
+                drop(side);
+                result?;
+                turn = self.turn.lock();
             }
             if turn.holder == Holder::Free && !turn.armed {
                 arm(poller, &mut turn).map_err(|e| format!("poller: {e}"))?;
@@ -301,6 +319,8 @@ impl Reading {
     fn give_back(&self, side: MutexGuard<'_, Option<Side>>, failed: Option<String>) {
         let mut turn = self.turn.lock();
         turn.holder = Holder::Free;
+        // The caller took every buffered frame before it gave the turn back.
+        turn.unread = false;
         let mut failed = failed;
         if let Some(poller) = &self.poller {
             if !turn.armed && turn.registered.is_some() {
