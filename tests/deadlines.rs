@@ -276,3 +276,129 @@ fn closing_a_leader_returns_within_its_bound(
     );
     proxy.heal();
 }
+
+/// Starts, in `s`, a pipeline of writes far larger than the sockets hold, from `client`
+/// through `proxy`, which stops reading requests: the write sticks on a full socket and holds
+/// the writers' lock until the connection ends. Returns once it is stuck.
+fn stick_a_write<'s>(
+    s: &'s thread::Scope<'s, '_>,
+    client: &'s Client,
+    proxy: &FaultProxy,
+    node: &str,
+) -> thread::ScopedJoinHandle<'s, zk_recipes::Result<Vec<zk_recipes::Result<zk_recipes::OpResult>>>>
+{
+    let ops: Vec<zk_recipes::Op> = (0..40)
+        .map(|_| zk_recipes::Op::SetData {
+            path: node.into(),
+            data: vec![7; 1000 * 1000],
+            version: None,
+        })
+        .collect();
+    let big = s.spawn(move || client.pipeline(&ops));
+    wait_for(SOON, || (unsent_to(proxy.addr()) > 1 << 20).then_some(()))
+        .expect("the big write fills the socket");
+    big
+}
+
+/// A timed call waits for the writers' lock no longer than its deadline: another thread's
+/// write stuck on a full socket (a server that stopped reading) holds the lock until the
+/// connection's write timeout, two thirds of the session.
+#[test]
+fn a_timed_call_behind_a_stuck_write_returns_by_its_deadline() {
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = client_through(&proxy);
+    let node = root("deadline-behind-a-stuck-write");
+    client
+        .create(&node, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    thread::scope(|s| {
+        proxy.freeze();
+        let big = stick_a_write(s, &client, &proxy, &node);
+        let started = Instant::now();
+        let read = client.with_timeout(TIMEOUT).exists("/");
+        let took = started.elapsed();
+        assert!(
+            matches!(read, Err(zk_recipes::Error::Timeout { .. })),
+            "{read:?}"
+        );
+        assert!(!big.is_finished(), "the write was not stuck after all");
+        assert!(took <= TIMEOUT + EPSILON, "returned after {took:?}");
+        // The stuck write fails with its connection.
+        proxy.cut();
+        proxy.heal();
+        assert!(big.join().unwrap().is_err());
+    });
+}
+
+/// A timed call that reads its own answer takes whatever came with it, here a notification
+/// for a lock's waiter, whose follow-up listing would go out at once: the writers' lock is
+/// held by a write stuck on a full socket, and the call returns by its deadline all the same
+/// (the listing is left to the waiter).
+#[test]
+fn a_timed_call_that_reads_a_lock_waiters_notification_behind_a_stuck_write_returns_by_its_deadline(
+) {
+    let direct = connect(&server().connect_string(), Duration::from_secs(20));
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = client_through(&proxy);
+    let path = root("deadline-handoff-behind-a-stuck-write");
+    let node = format!("{path}-big");
+    client
+        .create(&node, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    let held = InterProcessMutex::new(&direct, &path).unwrap();
+    let guard = held.acquire().unwrap();
+    // A contender between the holder and ours: its node's deletion is not the handoff, so our
+    // waiter lists the line again, a listing that would go out as the notification is read.
+    let between = direct
+        .create(
+            &format!("{path}/between-lock-"),
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let m = InterProcessMutex::new(&client, &path).unwrap();
+            m.acquire().map(drop)
+        });
+        // Our waiter watches the contender before it (the server says so): nothing more is
+        // on its way to our client, so the timed call below reads its own answer.
+        wait_for(SOON, || {
+            let watches = server().four_letter("wchp").unwrap_or_default();
+            watches.contains(&between).then_some(())
+        })
+        .expect("our waiter watches the contender before it");
+        // A timed read reaches the server; its answer is held, and the notification behind
+        // it. Its deadline leaves room for what follows; the stuck write would hold it up for
+        // two thirds of the session (13 s).
+        let deadline = Duration::from_secs(8);
+        proxy.hold_replies();
+        let before = proxy.requests_passed();
+        let c = &client;
+        let timed = s.spawn(move || {
+            let started = Instant::now();
+            let read = c.with_timeout(deadline).exists("/");
+            (read, started.elapsed())
+        });
+        wait_for(SOON, || (proxy.requests_passed() > before).then_some(()))
+            .expect("the read reached the server");
+        wait_for(SOON, || (proxy.held_replies() > 0).then_some(())).expect("its answer is held");
+        let answer = proxy.held_replies();
+        direct.delete(&between).unwrap();
+        wait_for(SOON, || (proxy.held_replies() > answer).then_some(()))
+            .expect("the notification is held");
+        // A write sticks; then both answers come, in one write.
+        proxy.freeze();
+        let big = stick_a_write(s, &client, &proxy, &node);
+        proxy.stall_requests();
+        let (read, took) = timed.join().unwrap();
+        assert!(!big.is_finished(), "the write was not stuck after all");
+        assert!(took <= deadline + EPSILON, "returned after {took:?}");
+        assert!(read.is_ok(), "{read:?}");
+        proxy.cut();
+        proxy.heal();
+        assert!(big.join().unwrap().is_err());
+        drop(guard);
+        waiter.join().unwrap().unwrap();
+    });
+}

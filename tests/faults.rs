@@ -308,25 +308,6 @@ fn an_operation_the_server_refused_as_unimplemented_is_not_sent_again() {
     );
 }
 
-/// Bytes the kernel still holds unsent on this process's connections to `peer` (the client
-/// side of a proxy), from `/proc/net/tcp`: how a test knows a write is stuck on a full socket.
-fn unsent_to(peer: std::net::SocketAddr) -> u64 {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let want = format!("0100007F:{:04X}", peer.port());
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // local, remote, state, tx_queue:rx_queue
-            (f.get(2) == Some(&want.as_str()) && f.get(3) == Some(&"01"))
-                .then(|| f.get(4)?.split(':').next())
-                .flatten()
-                .and_then(|tx| u64::from_str_radix(tx, 16).ok())
-        })
-        .sum()
-}
-
 /// Issue 20 item 10, landed with issue 21's socket rework: one lock served the writers and
 /// the reader, so a write stuck on a full socket (a server that stopped reading) held up
 /// every answer behind it, also one already on its way. Now the reader completes answers

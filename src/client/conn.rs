@@ -236,9 +236,13 @@ impl Outbox {
 
     /// Sends finished request frames back to back under one hold of the lock (they reach the
     /// server in this order, and it answers them in this order), waiting for an open
-    /// connection until `until`. `ConnectionLoss` if none opened in time or the write failed.
+    /// connection, and for the lock, until `until`. `ConnectionLoss` if none opened in time,
+    /// another writer held the lock past `until` (a write stuck on a full socket holds it up to
+    /// the write timeout), or the write failed.
     pub fn send(&self, frames: Vec<Outgoing>, until: Instant) -> Result<Vec<Ticket>> {
-        let mut w = self.wire.lock();
+        let Some(mut w) = self.wire.try_lock_until(until) else {
+            return Err(Error::ConnectionLoss);
+        };
         loop {
             if let Some(e) = &w.shut {
                 return Err(e.clone());
@@ -377,8 +381,16 @@ impl Outbox {
     /// Writes a frame with a reserved xid on whatever connection is open now; `before` runs
     /// under the writers' lock just before the write (so what it registers is in wire order).
     /// A write that fails ends the connection: a torn frame must not be followed by others.
-    pub fn send_reserved_now(&self, frame: &[u8], before: impl FnOnce()) -> io::Result<()> {
-        let mut w = self.wire.lock();
+    /// `TimedOut` if another writer held the lock past `until`.
+    pub fn send_reserved_now(
+        &self,
+        frame: &[u8],
+        until: Instant,
+        before: impl FnOnce(),
+    ) -> io::Result<()> {
+        let Some(mut w) = self.wire.try_lock_until(until) else {
+            return Err(io::ErrorKind::TimedOut.into());
+        };
         let s = w
             .stream
             .as_mut()

@@ -2,7 +2,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
@@ -86,8 +85,11 @@ impl Client {
                 path: list.as_str().into(),
                 watch: None,
             };
-            // Never waits for a connection: without one the waiter lists for itself.
-            if let Ok(mut sent) = core.outbox.send(vec![req.outgoing()], Instant::now()) {
+            // Runs on whichever thread read the notification, maybe a caller with a deadline
+            // or the I/O thread: it never waits for a connection, nor more than a moment for a
+            // writer (one stuck on a full socket holds the lock up to the write timeout).
+            // Without either, the waiter lists for itself.
+            if let Ok(Some(mut sent)) = core.outbox.try_send(vec![req.outgoing()]) {
                 if counted {
                     core.counters.requests.fetch_add(1, Ordering::Relaxed);
                 }

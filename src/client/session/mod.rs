@@ -575,17 +575,21 @@ impl Core {
         };
         // Registered under the writers' lock just before the packet goes: in wire order, and
         // before its answer can come; the reader never waits behind the write.
+        let what = || format!("the server's answer to {scheme} credentials");
         self.outbox
-            .send_reserved_now(&proto::auth_request(scheme, credentials), || {
+            .send_reserved_now(&proto::auth_request(scheme, credentials), until, || {
                 self.auth_waiters.lock().push_back(waiter)
             })
-            .map_err(|_| Error::ConnectionLoss)?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => Error::timeout(what(), Duration::ZERO),
+                _ => Error::ConnectionLoss,
+            })?;
         match rx.recv_deadline(until) {
             // Kept for later connections by the reader, before it answered.
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::auth_failed()),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::timeout(
-                format!("the server's answer to {scheme} credentials"),
+                what(),
                 until.saturating_duration_since(Instant::now()),
             )),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::ConnectionLoss),
