@@ -314,16 +314,132 @@ fn a_timed_call_behind_a_stuck_write_returns_by_its_deadline() {
     thread::scope(|s| {
         proxy.freeze();
         let big = stick_a_write(s, &client, &proxy, &node);
+        // A read, and credentials added: both wait for the writers' lock.
+        for call in ["read", "add_auth"] {
+            let started = Instant::now();
+            let timed = client.with_timeout(TIMEOUT);
+            let result = match call {
+                "read" => timed.exists("/").map(drop),
+                _ => timed.add_auth("digest", b"someone:secret"),
+            };
+            let took = started.elapsed();
+            // The error names the time the caller allowed.
+            assert!(
+                matches!(result, Err(zk_recipes::Error::Timeout { after, .. }) if after > TIMEOUT / 2),
+                "{call}: {result:?}"
+            );
+            assert!(took <= TIMEOUT + EPSILON, "{call} returned after {took:?}");
+        }
+        assert!(!big.is_finished(), "the write was not stuck after all");
+        // The stuck write fails with its connection.
+        proxy.cut();
+        proxy.heal();
+        assert!(big.join().unwrap().is_err());
+    });
+}
+
+/// A call without a deadline waits behind a slow write on a healthy connection for as long as
+/// the write takes, however short the connection timeout: that timeout bounds the wait for a
+/// connection, and this one is open (the server reads again before the session's write
+/// timeout). Failing it with `ConnectionLoss` would make a write that never left look as if
+/// it might have been applied.
+#[test]
+fn an_untimed_call_behind_a_slow_write_waits_for_it_past_the_connection_timeout() {
+    let connection_timeout = Duration::from_millis(500);
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .tick_time(Duration::from_millis(100))
+        .connection_timeout(connection_timeout)
+        .connect()
+        .unwrap();
+    let node = root("untimed-behind-a-slow-write");
+    client
+        .create(&node, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    thread::scope(|s| {
+        proxy.stall_requests();
+        let big = stick_a_write(s, &client, &proxy, &node);
         let started = Instant::now();
-        let read = client.with_timeout(TIMEOUT).exists("/");
-        let took = started.elapsed();
+        let call = thread::Builder::new()
+            .name("zkr-untimed-call".into())
+            // A sequential create: never retried on connection loss, which would reach the
+            // caller.
+            .spawn_scoped(s, || {
+                client.create(
+                    &format!("{node}/after-"),
+                    b"",
+                    zk_recipes::CreateMode::EphemeralSequential,
+                )
+            })
+            .unwrap();
+        // The fault: the server reads nothing for four connection timeouts.
+        let stalled = wait_for(4 * connection_timeout, || call.is_finished().then_some(()));
+        assert!(
+            stalled.is_none(),
+            "returned after {:?}: {:?}",
+            started.elapsed(),
+            call.join()
+        );
+        proxy.heal();
+        call.join().unwrap().unwrap();
+        assert!(big.join().unwrap().is_ok());
+    });
+}
+
+/// A timed call that waits for a connection does not, once one opens, wait behind a write
+/// stuck on it: a call that waited first (here an untimed pipeline of forty 1 MB writes) takes
+/// the writers' lock first and sticks on the new socket, and the timed call returns by its
+/// deadline all the same.
+#[test]
+fn a_timed_call_woken_by_a_new_connection_returns_by_its_deadline_behind_a_stuck_write() {
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let client = client_through(&proxy);
+    let node = root("deadline-after-reconnect-behind-a-stuck-write");
+    client
+        .create(&node, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    let ops: Vec<zk_recipes::Op> = (0..40)
+        .map(|_| zk_recipes::Op::SetData {
+            path: node.clone(),
+            data: vec![7; 1000 * 1000],
+            version: None,
+        })
+        .collect();
+    // The next connection's handshake answer is held: every call waits for a connection.
+    proxy.hold_replies();
+    proxy.cut();
+    wait_for(SOON, || {
+        (proxy.accepted() >= 2 && proxy.held_replies() > 0).then_some(())
+    })
+    .expect("the client redials");
+    thread::scope(|s| {
+        let big = thread::Builder::new()
+            .name("zkr-big-writer".into())
+            .spawn_scoped(s, || client.pipeline(&ops))
+            .unwrap();
+        wait_for(SOON, || asleep("zkr-big-writer").then_some(())).expect("the writer waits");
+        let timed = thread::Builder::new()
+            .name("zkr-timed-call".into())
+            .spawn_scoped(s, || {
+                let started = Instant::now();
+                let read = client.with_timeout(TIMEOUT).exists("/");
+                (read, started.elapsed())
+            })
+            .unwrap();
+        wait_for(SOON, || asleep("zkr-timed-call").then_some(())).expect("the call waits");
+        // The handshake's answer goes through; the client's bytes are no longer read.
+        proxy.stall_requests();
+        let (read, took) = timed.join().unwrap();
         assert!(
             matches!(read, Err(zk_recipes::Error::Timeout { .. })),
             "{read:?}"
         );
-        assert!(!big.is_finished(), "the write was not stuck after all");
         assert!(took <= TIMEOUT + EPSILON, "returned after {took:?}");
-        // The stuck write fails with its connection.
+        assert!(
+            unsent_to(proxy.addr()) > 1 << 20,
+            "the pipeline did not stick on the new connection"
+        );
         proxy.cut();
         proxy.heal();
         assert!(big.join().unwrap().is_err());

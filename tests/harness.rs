@@ -153,24 +153,63 @@ fn child_counts_a_proxys_descriptors() {
     let proxy = FaultProxy::start(target.local_addr().unwrap()).unwrap();
     let before = descriptors();
     let rounds = 50;
-    for _ in 0..rounds {
-        let mut client = TcpStream::connect(proxy.addr()).unwrap();
-        drop(target.accept().unwrap());
-        // The proxy passes the end on: the client reads end-of-stream.
-        let mut byte = [0u8; 1];
-        assert_eq!(client.read(&mut byte).unwrap(), 0);
+    // Passing, and with the client's bytes not read (the request pump then reads nothing, so
+    // only the other pump can see the end).
+    for (mode, stall) in [("passing", false), ("stalled", true)] {
+        if stall {
+            proxy.stall_requests();
+        }
+        for _ in 0..rounds {
+            let mut client = TcpStream::connect(proxy.addr()).unwrap();
+            drop(target.accept().unwrap());
+            // The proxy passes the end on: the client reads end-of-stream.
+            let mut byte = [0u8; 1];
+            assert_eq!(client.read(&mut byte).unwrap(), 0);
+        }
+        // The proxy's sockets of every ended connection (the accepted one and the one to the
+        // target) are closed once its pumps notice, without a cut, a change of mode or the
+        // proxy's drop.
+        let settled = wait_for(Duration::from_secs(10), || {
+            (descriptors() <= before).then_some(())
+        });
+        assert!(
+            settled.is_some(),
+            "{mode}: {} descriptors open after {rounds} ended connections, {before} before",
+            descriptors()
+        );
     }
-    assert_eq!(proxy.accepted(), rounds);
-    // The proxy's sockets of every ended connection (the accepted one and the one to the
-    // target) are closed once its pumps notice, without a cut or the proxy's drop.
-    let settled = wait_for(Duration::from_secs(10), || {
-        (descriptors() <= before).then_some(())
-    });
-    assert!(
-        settled.is_some(),
-        "{} descriptors open after {rounds} ended connections, {before} before",
-        descriptors()
-    );
+    assert_eq!(proxy.accepted(), 2 * rounds);
     drop(proxy);
     println!("PROXY_CHILD_DONE");
+}
+
+/// A proxy's held-byte counts are the sum over its live connections, per direction, and forget
+/// a connection that ended while holding (its bytes are gone with it).
+#[test]
+fn a_proxys_held_counts_add_up_its_connections_and_forget_ended_ones() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use zk_recipes::testing::FaultProxy;
+
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = FaultProxy::start(target.local_addr().unwrap()).unwrap();
+    proxy.hold_replies();
+    let mut clients = Vec::new();
+    let mut servers = Vec::new();
+    for greeting in [&b"hello"[..], &b"hey"[..]] {
+        clients.push(TcpStream::connect(proxy.addr()).unwrap());
+        let (mut server_side, _) = target.accept().unwrap();
+        server_side.write_all(greeting).unwrap();
+        servers.push(server_side);
+    }
+    let both = wait_for(SOON, || (proxy.held_replies() == 8).then_some(()));
+    assert!(both.is_some(), "held {}", proxy.held_replies());
+    assert_eq!(proxy.held_requests(), 0);
+    // The first connection ends on the server's side: the client hears the end, not the bytes.
+    drop(servers.remove(0));
+    let mut byte = [0u8; 1];
+    assert_eq!(clients[0].read(&mut byte).unwrap(), 0);
+    assert_eq!(proxy.held_replies(), 3);
+    proxy.cut();
+    assert_eq!(proxy.held_bytes(), 0);
 }

@@ -133,12 +133,15 @@ const TRY_FOR: Duration = Duration::from_millis(2);
 const UNIMPLEMENTED: i32 = -6;
 
 /// The write side and the answer queue of the current connection. Lock order: `wire`, then
-/// `answers`; `kill` alone.
+/// `answers`, then `openings`; `kill` alone.
 pub(crate) struct Outbox {
     wire: Mutex<Wire>,
     answers: Mutex<Answers>,
     /// The open connection's socket, to end it without waiting for a writer stuck on it.
     kill: Mutex<Option<Socket>>,
+    /// Counts the openings and the shut, so a sender waits for the next one without holding
+    /// `wire`: waking, it must not queue for the lock behind a writer stuck on the new socket.
+    openings: Mutex<u64>,
     opened: Condvar,
     /// When the last request or ping went out, as nanoseconds since `born`: read by the
     /// reader thread without any lock.
@@ -162,6 +165,7 @@ impl Outbox {
                 refused: Refused::default(),
             }),
             kill: Mutex::new(None),
+            openings: Mutex::new(0),
             opened: Condvar::new(),
             last_send: AtomicU64::new(0),
             born: Instant::now(),
@@ -187,8 +191,14 @@ impl Outbox {
         w.session = session;
         w.epoch = epoch;
         self.sent_now();
-        self.opened.notify_all();
+        self.wake_senders();
         true
+    }
+
+    /// Tells the senders waiting for a connection that one opened, or that the outbox shut.
+    fn wake_senders(&self) {
+        *self.openings.lock() += 1;
+        self.opened.notify_all();
     }
 
     /// Closes connection `epoch` (if it is still the current one) and fails every request
@@ -228,7 +238,7 @@ impl Outbox {
         let epoch = {
             let mut w = self.wire.lock();
             w.shut.get_or_insert(why);
-            self.opened.notify_all();
+            self.wake_senders();
             w.epoch
         };
         self.close(epoch);
@@ -236,24 +246,40 @@ impl Outbox {
 
     /// Sends finished request frames back to back under one hold of the lock (they reach the
     /// server in this order, and it answers them in this order), waiting for an open
-    /// connection, and for the lock, until `until`. `ConnectionLoss` if none opened in time,
-    /// another writer held the lock past `until` (a write stuck on a full socket holds it up to
-    /// the write timeout), or the write failed.
-    pub fn send(&self, frames: Vec<Outgoing>, until: Instant) -> Result<Vec<Ticket>> {
-        let Some(mut w) = self.wire.try_lock_until(until) else {
-            return Err(Error::ConnectionLoss);
-        };
-        loop {
+    /// connection until `open_by`. `ConnectionLoss` if none opened in time, the write failed,
+    /// or another writer held the lock past `deadline`. Without a deadline the lock is waited
+    /// for as long as its writer holds it: a write ends within the connection's write timeout.
+    pub fn send(
+        &self,
+        frames: Vec<Outgoing>,
+        open_by: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Ticket>> {
+        let mut w = loop {
+            // Read before the look at the connection: an opening after it changes the count,
+            // so the wait below cannot miss it.
+            let seen = *self.openings.lock();
+            let w = match deadline {
+                Some(d) => self.wire.try_lock_until(d).ok_or(Error::ConnectionLoss)?,
+                None => self.wire.lock(),
+            };
             if let Some(e) = &w.shut {
                 return Err(e.clone());
             }
             if w.stream.is_some() {
-                break;
+                break w;
             }
-            if self.opened.wait_until(&mut w, until).timed_out() && w.stream.is_none() {
-                return Err(w.shut.clone().unwrap_or(Error::ConnectionLoss));
+            drop(w);
+            let mut openings = self.openings.lock();
+            while *openings == seen {
+                if self.opened.wait_until(&mut openings, open_by).timed_out() {
+                    break;
+                }
             }
-        }
+            if *openings == seen {
+                return Err(Error::ConnectionLoss);
+            }
+        };
         self.write(&mut w, frames)
     }
 
@@ -381,15 +407,20 @@ impl Outbox {
     /// Writes a frame with a reserved xid on whatever connection is open now; `before` runs
     /// under the writers' lock just before the write (so what it registers is in wire order).
     /// A write that fails ends the connection: a torn frame must not be followed by others.
-    /// `TimedOut` if another writer held the lock past `until`.
+    /// `TimedOut` if another writer held the lock past `deadline` (without one, the lock is
+    /// waited for as long as its writer holds it).
     pub fn send_reserved_now(
         &self,
         frame: &[u8],
-        until: Instant,
+        deadline: Option<Instant>,
         before: impl FnOnce(),
     ) -> io::Result<()> {
-        let Some(mut w) = self.wire.try_lock_until(until) else {
-            return Err(io::ErrorKind::TimedOut.into());
+        let mut w = match deadline {
+            Some(d) => self
+                .wire
+                .try_lock_until(d)
+                .ok_or(io::Error::from(io::ErrorKind::TimedOut))?,
+            None => self.wire.lock(),
         };
         let s = w
             .stream

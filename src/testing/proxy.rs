@@ -32,8 +32,17 @@ enum Mode {
 /// target, shared by its two pumps and the list [`FaultProxy::cut`] walks (one descriptor each).
 struct Conn {
     id: u64,
-    cut: Arc<AtomicBool>,
+    flags: Arc<Flags>,
     sockets: [Arc<TcpStream>; 2],
+}
+
+/// What a connection's pumps look at to stop.
+#[derive(Default)]
+struct Flags {
+    /// Set by [`FaultProxy::cut`], which also drops what the connection held from the counts.
+    cut: AtomicBool,
+    /// Set by a pump that stopped on its own: the other one stops too.
+    ended: AtomicBool,
 }
 
 struct Shared {
@@ -108,7 +117,7 @@ impl FaultProxy {
         // of a cut connection publishes after this.
         let mut conns = self.shared.conns.lock();
         for c in conns.drain(..) {
-            c.cut.store(true, Ordering::SeqCst);
+            c.flags.cut.store(true, Ordering::SeqCst);
             for s in &c.sockets {
                 let _ = s.shutdown(Shutdown::Both);
             }
@@ -166,18 +175,19 @@ impl FaultProxy {
         self.set_mode(Mode::Pass);
     }
 
-    /// Bytes received while black-holed and not delivered yet: a test can wait for this to
-    /// know a request is in flight.
+    /// Bytes held and not delivered yet, both directions, summed over the live connections
+    /// (a connection that ends drops what it held): a test can wait for this to know a
+    /// request or its answer is in flight.
     pub fn held_bytes(&self) -> u64 {
         self.held_requests() + self.held_replies()
     }
 
-    /// Bytes from clients held and not delivered yet.
+    /// Bytes from clients held and not delivered yet, over the live connections.
     pub fn held_requests(&self) -> u64 {
         self.shared.held[0].load(Ordering::SeqCst)
     }
 
-    /// Bytes from the server held and not delivered yet.
+    /// Bytes from the server held and not delivered yet, over the live connections.
     pub fn held_replies(&self) -> u64 {
         self.shared.held[1].load(Ordering::SeqCst)
     }
@@ -227,12 +237,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         };
-        let cut = Arc::new(AtomicBool::new(false));
+        let flags = Arc::new(Flags::default());
         let (client, server) = (Arc::new(client), Arc::new(server));
         let id = shared.accepted.load(Ordering::SeqCst);
         shared.conns.lock().push(Conn {
             id,
-            cut: cut.clone(),
+            flags: flags.clone(),
             sockets: [client.clone(), server.clone()],
         });
         let mut threads = shared.threads.lock();
@@ -242,10 +252,10 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             (server, client, true),
         ] {
             let s = shared.clone();
-            let cut = cut.clone();
+            let flags = flags.clone();
             if let Ok(h) = thread::Builder::new()
                 .name("fault-proxy-pump".into())
-                .spawn(move || pump(&s, id, &from, &to, &cut, replies))
+                .spawn(move || pump(&s, id, &from, &to, &flags, replies))
             {
                 threads.push(h);
             }
@@ -254,28 +264,38 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 }
 
 /// Copies `from` to `to` for connection `id`; `replies` tells that this is the server-to-client
-/// direction. When either direction ends, both sockets are shut and the connection leaves the
-/// proxy's list, so its descriptors close once both pumps are gone.
+/// direction. When either direction ends, the connection is marked ended (so its other pump
+/// stops even if it reads nothing), what it held leaves the counts, both sockets are shut and
+/// it leaves the proxy's list, so its descriptors close once both pumps are gone.
 fn pump(
     shared: &Shared,
     id: u64,
     mut from: &TcpStream,
     mut to: &TcpStream,
-    cut: &AtomicBool,
+    flags: &Flags,
     replies: bool,
 ) {
     let _ = from.set_read_timeout(Some(POLL));
     let _ = to.set_nodelay(true);
     let mut buf = vec![0u8; 64 * 1024];
     let mut pending: Vec<u8> = Vec::new();
+    let mut held = Held {
+        shared,
+        cut: &flags.cut,
+        counter: &shared.held[usize::from(replies)],
+        published: 0,
+    };
     loop {
-        if cut.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+        if flags.cut.load(Ordering::SeqCst)
+            || flags.ended.load(Ordering::SeqCst)
+            || shared.stopping.load(Ordering::SeqCst)
+        {
             break;
         }
         if !replies {
             let mut mode = shared.mode.lock();
             if matches!(*mode, Mode::StallRequests | Mode::Freeze) {
-                // Reads nothing; looks again when the mode changes (or to notice a cut).
+                // Reads nothing; looks again when the mode changes (or to notice an end).
                 shared.mode_changed.wait_for(&mut mode, POLL);
                 continue;
             }
@@ -293,15 +313,13 @@ fn pump(
             Mode::Pass | Mode::Refuse | Mode::StallRequests => false,
         };
         if hold {
-            let _conns = shared.conns.lock();
-            if cut.load(Ordering::SeqCst) {
+            if !held.publish(pending.len() as u64) {
                 break;
             }
-            shared.held[usize::from(replies)].store(pending.len() as u64, Ordering::SeqCst);
             continue;
         }
         if !pending.is_empty() {
-            shared.held[usize::from(replies)].store(0, Ordering::SeqCst);
+            held.publish(0);
             if to.write_all(&pending).is_err() {
                 break;
             }
@@ -313,7 +331,37 @@ fn pump(
             pending.clear();
         }
     }
+    held.publish(0);
+    flags.ended.store(true, Ordering::SeqCst);
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
     shared.conns.lock().retain(|c| c.id != id);
+}
+
+/// One pump's share of its direction's held-byte count.
+struct Held<'a> {
+    shared: &'a Shared,
+    cut: &'a AtomicBool,
+    counter: &'a AtomicU64,
+    published: u64,
+}
+
+impl Held<'_> {
+    /// Makes this pump's share `bytes`; false if its connection was cut, whose shares
+    /// [`FaultProxy::cut`] already dropped. Under the connections' lock, as the cut.
+    fn publish(&mut self, bytes: u64) -> bool {
+        let _conns = self.shared.conns.lock();
+        if self.cut.load(Ordering::SeqCst) {
+            return false;
+        }
+        if bytes >= self.published {
+            self.counter
+                .fetch_add(bytes - self.published, Ordering::SeqCst);
+        } else {
+            self.counter
+                .fetch_sub(self.published - bytes, Ordering::SeqCst);
+        }
+        self.published = bytes;
+        true
+    }
 }

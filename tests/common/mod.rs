@@ -202,3 +202,20 @@ pub fn unsent_to(peer: std::net::SocketAddr) -> u64 {
         })
         .sum()
 }
+
+/// Whether this process has a thread named `name` and it is asleep (blocked in the kernel,
+/// state `S` in `/proc/self/task/*/stat`): how a test knows a thread it started is waiting.
+pub fn asleep(name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the name's closing parenthesis.
+        comm.trim_end() == name
+            && stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+    })
+}

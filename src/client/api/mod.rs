@@ -259,11 +259,20 @@ impl Client {
                 .requests
                 .fetch_add(frames.len() as u64, Ordering::Relaxed);
         }
-        match self.core.outbox.send(frames, until) {
-            Err(Error::ConnectionLoss) if self.deadline.is_some_and(|d| Instant::now() >= d) => {
-                Err(Error::timeout("a connection to ZooKeeper", Duration::ZERO))
-            }
+        match self.core.outbox.send(frames, until, self.deadline) {
+            Err(Error::ConnectionLoss) => Err(self.past_deadline(now, "a connection to ZooKeeper")),
             other => other,
+        }
+    }
+
+    /// The error of a wait that began at `since` and failed: `Timeout` if this handle's
+    /// deadline has passed (the wait was cut short by it), `ConnectionLoss` otherwise.
+    fn past_deadline(&self, since: Instant, what: &str) -> Error {
+        match self.deadline {
+            Some(d) if Instant::now() >= d => {
+                Error::timeout(what, d.saturating_duration_since(since))
+            }
+            _ => Error::ConnectionLoss,
         }
     }
 
@@ -357,14 +366,26 @@ impl Client {
     ///
     /// # Errors
     /// `AuthFailed` when the server refuses them (it then drops the connection; the client
-    /// comes back without them); `ConnectionLoss` when no connection is open or it broke
-    /// before the answer (nothing is kept: call again once connected).
+    /// comes back without them); `Timeout` when this handle's deadline passed first;
+    /// otherwise `ConnectionLoss` when no connection is open, it broke before the answer, or
+    /// no answer came within the connection timeout (nothing is kept: call again once
+    /// connected).
     pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
-        let mut until = Instant::now() + self.core.config.connection_timeout;
+        let now = Instant::now();
+        let mut until = now + self.core.config.connection_timeout;
         if let Some(d) = self.deadline {
             until = until.min(d);
         }
-        self.core.add_auth(scheme, credentials, until)
+        match self
+            .core
+            .add_auth(scheme, credentials, until, self.deadline)
+        {
+            Err(Error::ConnectionLoss) => {
+                Err(self
+                    .past_deadline(now, &format!("the server's answer to {scheme} credentials")))
+            }
+            other => other,
+        }
     }
 }
 

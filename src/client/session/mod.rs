@@ -566,7 +566,15 @@ impl Core {
 
     /// Sends `scheme` credentials on the current connection and waits for the server's
     /// answer until `until`; on success they are replayed on every later connection.
-    pub fn add_auth(&self, scheme: &str, credentials: &[u8], until: Instant) -> Result<()> {
+    /// `ConnectionLoss` when no connection is open, the writers' lock stays held past
+    /// `deadline`, or no answer comes by `until`.
+    pub fn add_auth(
+        &self,
+        scheme: &str,
+        credentials: &[u8],
+        until: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let waiter = AuthWaiter {
             scheme: scheme.to_owned(),
@@ -575,24 +583,16 @@ impl Core {
         };
         // Registered under the writers' lock just before the packet goes: in wire order, and
         // before its answer can come; the reader never waits behind the write.
-        let what = || format!("the server's answer to {scheme} credentials");
         self.outbox
-            .send_reserved_now(&proto::auth_request(scheme, credentials), until, || {
+            .send_reserved_now(&proto::auth_request(scheme, credentials), deadline, || {
                 self.auth_waiters.lock().push_back(waiter)
             })
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::TimedOut => Error::timeout(what(), Duration::ZERO),
-                _ => Error::ConnectionLoss,
-            })?;
+            .map_err(|_| Error::ConnectionLoss)?;
         match rx.recv_deadline(until) {
             // Kept for later connections by the reader, before it answered.
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::auth_failed()),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::timeout(
-                what(),
-                until.saturating_duration_since(Instant::now()),
-            )),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::ConnectionLoss),
+            Err(_) => Err(Error::ConnectionLoss),
         }
     }
 
@@ -690,7 +690,7 @@ impl Core {
                 heartbeat: false,
                 hold: false,
             };
-            if let Ok(mut t) = self.outbox.send(vec![close], until) {
+            if let Ok(mut t) = self.outbox.send(vec![close], until, Some(until)) {
                 if let Some(t) = t.pop() {
                     let _ = t.answer.wait(Some(until));
                 }
