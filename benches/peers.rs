@@ -26,11 +26,16 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use common::figures::*;
+use common::heap::{self, Counting};
 use common::shared_floor::SharedFloor;
 use common::wire;
 use common::zkc::ZkcContenders;
 use common::*;
-use zk_recipes::{Client, InterProcessMutex};
+use zk_recipes::testing::TestingServer;
+use zk_recipes::{Client, CreateMode, InterProcessMutex, Op};
+
+#[global_allocator]
+static HEAP: Counting = Counting;
 
 const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
 
@@ -190,36 +195,73 @@ fn main() {
         ));
     }
     // 6. Many locks, one client (a writer per partition): threads sharing one client take
-    // random locks among many paths. Its ceiling: what the server commits of the two writes a
-    // cycle needs, pipelined from one session (as many pairs in flight as there are threads).
+    // random locks among many paths (made beforehand, so that no one pays for first use).
+    // Beside it: the lock protocol's floor, as many cycles in flight from one session as
+    // there are threads, and what the server commits of the two writes a cycle needs when no
+    // read breaks the pipeline (create+delete pairs).
     let (threads, paths) = if args.quick { (8, 100) } else { (64, 10_000) };
-    let (mut o, mut c, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
-    for block in 0..blocks.min(3) {
+    let rate = |per_second: f64| Figures {
+        per_second,
+        acquisitions: per_second * block_for.as_secs_f64(),
+        ..Default::default()
+    };
+    let (mut o, mut c, mut lf, mut ceiling) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for block in 0..blocks {
         let dir = format!("/bench/peers/many-{block}");
-        o.push(on_server(&server, || {
-            many_ours(&ours[0], &dir, threads, paths, block_for)
-        }));
-        c.extend(curator.as_mut().map(|cur| {
-            on_server(&server, || {
-                cur.many(&format!("{dir}-cur"), threads, paths, block_for)
-            })
-        }));
-        ceiling.push(floor.pairs(&format!("{dir}-ceiling"), threads, block_for));
+        for d in [&dir, &format!("{dir}-cur"), &format!("{dir}-floor")] {
+            lock_paths(&ours[0], d, paths);
+        }
+        // The four take turns in an order that rotates from block to block.
+        for turn in 0..4 {
+            match (block + turn) % 4 {
+                0 => o.push(on_server(&server, || {
+                    many_ours(&ours[0], &dir, threads, paths, block_for)
+                })),
+                1 => c.extend(curator.as_mut().map(|cur| {
+                    on_server(&server, || {
+                        cur.many(&format!("{dir}-cur"), threads, paths, block_for)
+                    })
+                })),
+                2 => lf.push(on_server(&server, || {
+                    rate(floor.locks(&format!("{dir}-floor"), paths, threads, block_for))
+                })),
+                _ => ceiling.push(on_server(&server, || {
+                    rate(floor.pairs(&format!("{dir}-ceiling"), threads, block_for))
+                })),
+            }
+        }
     }
     let (many, many_cur) = (combine(&o), combine(&c));
-    let most_pairs = ceiling.iter().copied().fold(0.0, f64::max);
+    // The lock floor as ours, over all blocks (they are equally long); the ceiling is the
+    // best the server did.
+    let lock_floor = combine(&lf);
+    let best_pairs = ceiling
+        .iter()
+        .copied()
+        .max_by(|a, b| a.per_second.total_cmp(&b.per_second))
+        .unwrap_or_default();
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     println!(
-        "\nmany locks, one client ({threads} threads, {paths} paths): ours {:.0} acq/s ({:.0} µs \
-         client CPU each), Curator with one CuratorFramework {:.0} acq/s ({:.0} µs), ours ÷ \
-         Curator {:.2}; the server's create+delete pipelined from one session {most_pairs:.0} \
-         pairs/s, ours ÷ that {:.2}",
+        "\nmany locks, one client ({threads} threads, {paths} paths), acq/s (client CPU, server \
+         CPU, requests, each): ours {:.0} ({:.0} µs, {:.0} µs, {:.2}); Curator with one \
+         CuratorFramework {:.0} ({:.0} µs, {:.0} µs); ours ÷ Curator {:.2}. The lock protocol's \
+         floor from one session {:.0} cycles/s ({:.0} µs server CPU each), ours ÷ that {:.2}; \
+         the server's create+delete pipelined from one session {:.0} pairs/s ({:.0} µs server \
+         CPU each), ours ÷ that {:.2}",
         many.per_second,
         many.cpu_us_per_acq,
+        many.server_us_per_acq,
+        many.requests_per_acq,
         many_cur.per_second,
         many_cur.cpu_us_per_acq,
+        many_cur.server_us_per_acq,
         ratio(many.per_second, many_cur.per_second),
-        ratio(many.per_second, most_pairs)
+        lock_floor.per_second,
+        lock_floor.server_us_per_acq,
+        ratio(many.per_second, lock_floor.per_second),
+        best_pairs.per_second,
+        best_pairs.server_us_per_acq,
+        ratio(many.per_second, best_pairs.per_second)
     );
     json(
         "peers",
@@ -230,9 +272,45 @@ fn main() {
             ),
             ("ours_per_second", f(many.per_second)),
             ("ours_cpu_us_per_acq", f(many.cpu_us_per_acq)),
+            ("ours_requests_per_acq", f(many.requests_per_acq)),
             ("curator_per_second", f(many_cur.per_second)),
             ("curator_cpu_us_per_acq", f(many_cur.cpu_us_per_acq)),
-            ("ceiling_pairs_per_second", f(most_pairs)),
+            ("ours_server_us_per_acq", f(many.server_us_per_acq)),
+            ("curator_server_us_per_acq", f(many_cur.server_us_per_acq)),
+            ("lock_floor_per_second", f(lock_floor.per_second)),
+            (
+                "lock_floor_server_us_per_acq",
+                f(lock_floor.server_us_per_acq),
+            ),
+            ("ceiling_pairs_per_second", f(best_pairs.per_second)),
+            (
+                "ceiling_server_us_per_pair",
+                f(best_pairs.server_us_per_acq),
+            ),
+        ],
+    );
+    // 7. Memory: what a held lock and a waiting thread cost this process.
+    let (held, waiting) = if args.quick { (100, 16) } else { (1000, 64) };
+    let memory = footprint(&server, &ours[0], &ours[1], held, waiting);
+    println!(
+        "\nmemory: per held lock {:.0} B heap ({:.0} B resident), {held} held by one client; per \
+         waiting thread {:.0} B heap ({:.0} B resident, its stack's touched pages included), \
+         {waiting} threads waiting",
+        memory.held_heap, memory.held_resident, memory.waiting_heap, memory.waiting_resident
+    );
+    json(
+        "peers",
+        &[
+            ("config", s("memory")),
+            ("held_locks", f(held as f64)),
+            ("heap_bytes_per_held_lock", f(memory.held_heap)),
+            ("resident_bytes_per_held_lock", f(memory.held_resident)),
+            ("waiting_threads", f(waiting as f64)),
+            ("heap_bytes_per_waiting_thread", f(memory.waiting_heap)),
+            (
+                "resident_bytes_per_waiting_thread",
+                f(memory.waiting_resident),
+            ),
         ],
     );
     if let Some(mut c) = curator {
@@ -473,6 +551,7 @@ fn many_ours(
     run_for: Duration,
 ) -> Figures {
     let cpu = process_cpu();
+    let requests = client.metrics().requests;
     let workers: Vec<(Client, String)> = (0..threads)
         .map(|_| (client.clone(), dir.to_owned()))
         .collect();
@@ -486,7 +565,108 @@ fn many_ours(
         per_second,
         cpu_us_per_acq: (process_cpu() - cpu).as_secs_f64() * 1e6 / acquisitions.max(1.0),
         acquisitions,
+        requests_per_acq: (client.metrics().requests - requests) as f64 / acquisitions.max(1.0),
         ..Default::default()
+    }
+}
+
+/// Bytes per held lock and per waiting thread.
+struct Footprint {
+    held_heap: f64,
+    held_resident: f64,
+    waiting_heap: f64,
+    waiting_resident: f64,
+}
+
+/// What `held` locks held by `client` (each its own path and `InterProcessMutex`) cost, and
+/// what `waiting` threads of `client` waiting for one lock `other` holds cost (each its own
+/// `InterProcessMutex`), in heap (counted by the bench's allocator) and resident memory,
+/// divided by their number.
+fn footprint(
+    server: &TestingServer,
+    client: &Client,
+    other: &Client,
+    held: usize,
+    waiting: usize,
+) -> Footprint {
+    let dir = "/bench/peers/memory";
+    lock_paths(client, dir, held + 1);
+    let per = |before: isize, after: isize, n: usize| (after - before) as f64 / n as f64;
+    // Held: each lock's object, its guard, and what the client keeps for the hold.
+    let (heap, resident) = (heap::live(), heap::resident());
+    let mutexes: Vec<InterProcessMutex> = (0..held)
+        .map(|i| InterProcessMutex::new(client, &format!("{dir}/p{i}")).expect("lock"))
+        .collect();
+    let guards: Vec<_> = mutexes
+        .iter()
+        .map(|m| m.acquire().expect("acquire"))
+        .collect();
+    let held_heap = per(heap, heap::live(), held);
+    let held_resident = per(resident, heap::resident(), held);
+    drop(guards);
+    drop(mutexes);
+    // Waiting: each thread, its lock object, its node's name and its watch; the server's
+    // count of watches says when every waiter waits.
+    let line = format!("{dir}/p{held}");
+    let blocker = InterProcessMutex::new(other, &line).expect("lock");
+    let guard = blocker.acquire().expect("acquire");
+    let total_watches = || {
+        server
+            .four_letter("wchs")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Total watches:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let watches_before = total_watches();
+    let (heap, resident) = (heap::live(), heap::resident());
+    let threads: Vec<_> = (0..waiting)
+        .map(|_| {
+            let (client, line) = (client.clone(), line.clone());
+            std::thread::spawn(move || {
+                let mutex = InterProcessMutex::new(&client, &line).expect("lock");
+                drop(mutex.acquire().expect("acquire"));
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    while total_watches() < watches_before + waiting {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the waiters never all waited"
+        );
+        std::thread::yield_now();
+    }
+    let waiting_heap = per(heap, heap::live(), waiting);
+    let waiting_resident = per(resident, heap::resident(), waiting);
+    drop(guard);
+    for t in threads {
+        t.join().expect("waiter");
+    }
+    Footprint {
+        held_heap,
+        held_resident,
+        waiting_heap,
+        waiting_resident,
+    }
+}
+
+/// Makes `paths` lock paths `dir/p0`.. as the recipes make them (containers), in
+/// transactions of a few hundred.
+fn lock_paths(client: &Client, dir: &str, paths: usize) {
+    client.ensure_path(dir).expect("path");
+    let ops: Vec<Op> = (0..paths)
+        .map(|i| Op::Create {
+            path: format!("{dir}/p{i}"),
+            data: Vec::new(),
+            mode: CreateMode::Container,
+        })
+        .collect();
+    for batch in ops.chunks(500) {
+        client.multi(batch).expect("lock paths");
     }
 }
 
@@ -513,6 +693,12 @@ impl<'a> Floor<'a> {
     fn contend(&self, n: usize, dir: &str, run_for: Duration) -> Figures {
         self.helper.ensure_path(dir).expect("path");
         wire::contended(&self.addr, dir, n, run_for)
+    }
+
+    /// Lock cycles per second on random ones of `paths` lock paths (made beforehand), `window`
+    /// in flight, from one session.
+    fn locks(&self, dir: &str, paths: usize, window: usize, run_for: Duration) -> f64 {
+        wire::pipelined_locks(&self.addr, dir, paths, window, run_for)
     }
 
     /// Create+delete pairs per second, `window` in flight, from one session.

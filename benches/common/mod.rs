@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod figures;
+pub mod heap;
 pub mod shared_floor;
 pub mod wire;
 pub mod zkc;

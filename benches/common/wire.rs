@@ -405,3 +405,117 @@ pub fn pipelined_pairs(addr: &str, dir: &str, window: usize, run_for: Duration) 
     let (pairs, secs) = counted_at_end.unwrap_or((done.load(Ordering::Relaxed), began.elapsed()));
     pairs as f64 / secs.as_secs_f64()
 }
+
+/// What one lock cycle's next answers are, in the order its requests went out.
+enum Awaiting {
+    /// A create and a listing (two answers), for this slot and path.
+    CreateAndList(usize),
+    /// The release's delete (one answer).
+    Delete(usize),
+}
+
+/// The floor of the many-locks figure: the lock protocol with nothing spare, `window` cycles
+/// in flight from one session, each on a random one of `paths` lock paths under `dir` (which
+/// must exist, as must `dir/p0`..): create (ephemeral sequential) and list written together,
+/// then, once both are answered, the delete. Never contended enough to wait (a random path
+/// among many), so no watch. Cycles completed per second.
+///
+/// Unlike [`pipelined_pairs`], a cycle's listing and its delete wait for its create: the
+/// server answers a session's read only after that session's writes before it are committed,
+/// so the reads a lock needs break the write pipeline into rounds.
+pub fn pipelined_locks(
+    addr: &str,
+    dir: &str,
+    paths: usize,
+    window: usize,
+    run_for: Duration,
+) -> f64 {
+    let w = Wire::connect(addr).expect("the wire floor's session");
+    let mut reader = w.sock.try_clone().expect("a reading handle");
+    // The writing side and what its answers will be, in wire order: both under one lock, so
+    // the queue is in the order the requests went out.
+    let writer = Arc::new(Mutex::new((
+        w,
+        std::collections::VecDeque::<Awaiting>::new(),
+    )));
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<usize>();
+    for slot in 0..window {
+        let _ = free_tx.send(slot);
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let reading = {
+        let (done, writer) = (done.clone(), writer.clone());
+        thread::spawn(move || {
+            let mut frame = Vec::new();
+            let mut read = |frame: &mut Vec<u8>| -> io::Result<()> {
+                let mut len = [0u8; 4];
+                reader.read_exact(&mut len)?;
+                frame.resize(i32::from_be_bytes(len).max(0) as usize, 0);
+                reader.read_exact(frame)
+            };
+            // An answer comes only after its request went out, and a request is queued under
+            // the lock it is written under: read first, then look at what it answers.
+            while read(&mut frame).is_ok() {
+                let next = writer.lock().expect("writer").1.pop_front();
+                match next {
+                    // The close's answer: nothing else is in flight.
+                    None => return,
+                    Some(Awaiting::CreateAndList(slot)) => {
+                        let (name, _) = get_str(&frame, 16);
+                        if read(&mut frame).is_err() {
+                            return;
+                        }
+                        let mut guard = writer.lock().expect("writer");
+                        let (w, queue) = &mut *guard;
+                        let delete = w.request(DELETE, |b| {
+                            put_str(b, &name);
+                            put_i32(b, -1);
+                        });
+                        if w.send(&delete).is_err() {
+                            return;
+                        }
+                        queue.push_back(Awaiting::Delete(slot));
+                    }
+                    Some(Awaiting::Delete(slot)) => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                        if free_tx.send(slot).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let began = Instant::now();
+    let mut counted_at_end = None;
+    let mut in_flight = window;
+    while let Ok(slot) = free_rx.recv() {
+        in_flight -= 1;
+        if began.elapsed() >= run_for {
+            counted_at_end.get_or_insert((done.load(Ordering::Relaxed), began.elapsed()));
+            // Let the cycles in flight finish, so the session closes with nothing pending.
+            if in_flight == 0 {
+                break;
+            }
+            continue;
+        }
+        let lock = format!("{dir}/p{}", fastrand::usize(..paths));
+        let mut guard = writer.lock().expect("writer");
+        let (w, queue) = &mut *guard;
+        let mut both = w.create_frame(&format!("{lock}/lock-"));
+        both.extend(w.children_frame(&lock));
+        if w.send(&both).is_err() {
+            break;
+        }
+        queue.push_back(Awaiting::CreateAndList(slot));
+        in_flight += 1;
+    }
+    {
+        let mut guard = writer.lock().expect("writer");
+        let close = guard.0.request(CLOSE, |_| {});
+        let _ = guard.0.send(&close);
+    }
+    let _ = reading.join();
+    let (cycles, secs) = counted_at_end.unwrap_or((done.load(Ordering::Relaxed), began.elapsed()));
+    cycles as f64 / secs.as_secs_f64()
+}
