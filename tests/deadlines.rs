@@ -277,6 +277,18 @@ fn closing_a_leader_returns_within_its_bound(
     proxy.heal();
 }
 
+/// Forty 1 MB writes to `node`: more than the socket buffers between a client and a server
+/// hold, so a server that stops reading sticks their write.
+fn big_writes(node: &str) -> Vec<zk_recipes::Op> {
+    (0..40)
+        .map(|_| zk_recipes::Op::SetData {
+            path: node.into(),
+            data: vec![7; 1000 * 1000],
+            version: None,
+        })
+        .collect()
+}
+
 /// Starts, in `s`, a pipeline of writes far larger than the sockets hold, from `client`
 /// through `proxy`, which stops reading requests: the write sticks on a full socket and holds
 /// the writers' lock until the connection ends. Returns once it is stuck.
@@ -287,13 +299,7 @@ fn stick_a_write<'s>(
     node: &str,
 ) -> thread::ScopedJoinHandle<'s, zk_recipes::Result<Vec<zk_recipes::Result<zk_recipes::OpResult>>>>
 {
-    let ops: Vec<zk_recipes::Op> = (0..40)
-        .map(|_| zk_recipes::Op::SetData {
-            path: node.into(),
-            data: vec![7; 1000 * 1000],
-            version: None,
-        })
-        .collect();
+    let ops = big_writes(node);
     let big = s.spawn(move || client.pipeline(&ops));
     wait_for(SOON, || (unsent_to(proxy.addr()) > 1 << 20).then_some(()))
         .expect("the big write fills the socket");
@@ -399,13 +405,7 @@ fn a_timed_call_woken_by_a_new_connection_returns_by_its_deadline_behind_a_stuck
     client
         .create(&node, b"", zk_recipes::CreateMode::Persistent)
         .unwrap();
-    let ops: Vec<zk_recipes::Op> = (0..40)
-        .map(|_| zk_recipes::Op::SetData {
-            path: node.clone(),
-            data: vec![7; 1000 * 1000],
-            version: None,
-        })
-        .collect();
+    let ops = big_writes(&node);
     // The next connection's handshake answer is held: every call waits for a connection.
     proxy.hold_replies();
     proxy.cut();
@@ -436,8 +436,9 @@ fn a_timed_call_woken_by_a_new_connection_returns_by_its_deadline_behind_a_stuck
             "{read:?}"
         );
         assert!(took <= TIMEOUT + EPSILON, "returned after {took:?}");
+        let stuck = wait_for(SOON, || (unsent_to(proxy.addr()) > 1 << 20).then_some(()));
         assert!(
-            unsent_to(proxy.addr()) > 1 << 20,
+            stuck.is_some(),
             "the pipeline did not stick on the new connection"
         );
         proxy.cut();

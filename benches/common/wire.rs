@@ -91,11 +91,7 @@ impl Wire {
     }
 
     fn read_frame(&mut self) -> io::Result<()> {
-        let mut len = [0u8; 4];
-        self.sock.read_exact(&mut len)?;
-        let n = i32::from_be_bytes(len).max(0) as usize;
-        self.frame.resize(n, 0);
-        self.sock.read_exact(&mut self.frame)
+        read_frame(&mut self.sock, &mut self.frame)
     }
 
     /// Reads until an answer (not a notification) comes; returns its error code.
@@ -337,6 +333,28 @@ pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures 
     }
 }
 
+/// Reads one length-prefixed frame from `from` into `frame`.
+fn read_frame(mut from: impl Read, frame: &mut Vec<u8>) -> io::Result<()> {
+    let mut len = [0u8; 4];
+    from.read_exact(&mut len)?;
+    frame.resize(i32::from_be_bytes(len).max(0) as usize, 0);
+    from.read_exact(frame)
+}
+
+/// A pool of `window` in-flight slots: take one to send, give it back once answered.
+fn slots(
+    window: usize,
+) -> (
+    std::sync::mpsc::Sender<usize>,
+    std::sync::mpsc::Receiver<usize>,
+) {
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<usize>();
+    for slot in 0..window {
+        let _ = free_tx.send(slot);
+    }
+    (free_tx, free_rx)
+}
+
 /// The server's ceiling for the many-locks figure: one session writes create and delete pairs
 /// (two writes, as one lock cycle needs) pipelined, `window` pairs in flight, for `run_for`;
 /// pairs completed per second. A pair works on a node of its own slot, so every create and
@@ -344,22 +362,14 @@ pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures 
 pub fn pipelined_pairs(addr: &str, dir: &str, window: usize, run_for: Duration) -> f64 {
     let mut w = Wire::connect(addr).expect("the wire floor's session");
     let mut reader = w.sock.try_clone().expect("a reading handle");
-    let (free_tx, free_rx) = std::sync::mpsc::channel::<usize>();
-    for slot in 0..window {
-        let _ = free_tx.send(slot);
-    }
+    let (free_tx, free_rx) = slots(window);
     let (sent_tx, sent_rx) = std::sync::mpsc::channel::<usize>();
     let done = Arc::new(AtomicU64::new(0));
     let reading = {
         let done = done.clone();
         thread::spawn(move || {
             let mut frame = Vec::new();
-            let mut read = |frame: &mut Vec<u8>| -> io::Result<()> {
-                let mut len = [0u8; 4];
-                reader.read_exact(&mut len)?;
-                frame.resize(i32::from_be_bytes(len).max(0) as usize, 0);
-                reader.read_exact(frame)
-            };
+            let mut read = |frame: &mut Vec<u8>| read_frame(&mut reader, frame);
             // Each pair's two answers, in order; its slot is free again after the second.
             while let Ok(slot) = sent_rx.recv() {
                 for _ in 0..2 {
@@ -438,21 +448,13 @@ pub fn pipelined_locks(
         w,
         std::collections::VecDeque::<Awaiting>::new(),
     )));
-    let (free_tx, free_rx) = std::sync::mpsc::channel::<usize>();
-    for slot in 0..window {
-        let _ = free_tx.send(slot);
-    }
+    let (free_tx, free_rx) = slots(window);
     let done = Arc::new(AtomicU64::new(0));
     let reading = {
         let (done, writer) = (done.clone(), writer.clone());
         thread::spawn(move || {
             let mut frame = Vec::new();
-            let mut read = |frame: &mut Vec<u8>| -> io::Result<()> {
-                let mut len = [0u8; 4];
-                reader.read_exact(&mut len)?;
-                frame.resize(i32::from_be_bytes(len).max(0) as usize, 0);
-                reader.read_exact(frame)
-            };
+            let mut read = |frame: &mut Vec<u8>| read_frame(&mut reader, frame);
             // An answer comes only after its request went out, and a request is queued under
             // the lock it is written under: read first, then look at what it answers.
             while read(&mut frame).is_ok() {

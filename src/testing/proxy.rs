@@ -146,8 +146,9 @@ impl FaultProxy {
     }
 
     /// Replies pass, but the client's bytes are no longer read at all until
-    /// [`heal`](Self::heal): once the socket buffers between are full, the client's writes
-    /// block, as against a server that stopped reading.
+    /// [`heal`](Self::heal) (what a read already under way took is held, not delivered):
+    /// once the socket buffers between are full, the client's writes block, as against a
+    /// server that stopped reading.
     pub fn stall_requests(&self) {
         self.set_mode(Mode::StallRequests);
     }
@@ -306,11 +307,13 @@ fn pump(
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(_) => break,
         }
+        // A request read while a stall began (the read was under way) is held, not passed:
+        // from the stall on, nothing the client sends reaches the server.
         let hold = match *shared.mode.lock() {
-            Mode::Blackhole => true,
-            Mode::HoldReplies | Mode::Freeze => replies,
-            Mode::HoldRequests => !replies,
-            Mode::Pass | Mode::Refuse | Mode::StallRequests => false,
+            Mode::Blackhole | Mode::Freeze => true,
+            Mode::HoldReplies => replies,
+            Mode::HoldRequests | Mode::StallRequests => !replies,
+            Mode::Pass | Mode::Refuse => false,
         };
         if hold {
             if !held.publish(pending.len() as u64) {
