@@ -314,6 +314,71 @@ fn a_lost_write_hold_gives_no_read_while_another_client_writes() {
     assert!(their_write.check().is_ok());
 }
 
+/// A downgrade's read node is made on the write hold's session or not at all. Here the
+/// session is lost between the downgrade's check of the write hold and the read node's create
+/// (expired, and the client on a new session): another client's writer, queued behind the
+/// write, is granted when the write's node goes, and a read node made on the new session would
+/// be granted at once beside it (it is named to stand right behind the write). Found by the
+/// partition harness: a writer and a downgraded read held together for 40 ms.
+#[test]
+fn a_downgrade_whose_session_is_lost_before_its_read_node_is_made_gives_no_read() {
+    let f = Arc::new(faulty());
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let other = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let path = "/rw-downgrade-session-lost-midway";
+    let armed = Arc::new(AtomicBool::new(false));
+    let options = {
+        let (f, client, armed) = (f.clone(), client.clone(), armed.clone());
+        zk_recipes::LockOptions::new().testing_before_create(move |node| {
+            if node.contains("__READ__") && armed.swap(false, Ordering::SeqCst) {
+                expire_and_renew(&f, &client);
+            }
+        })
+    };
+    let lock = InterProcessReadWriteLock::with_options(&client, path, options).unwrap();
+    let write = lock.write_lock().acquire().unwrap();
+    let lost = client.session_id().unwrap();
+    // Another client's writer queues behind the write; once in, it waits for our word, then
+    // tells whether it still holds and what the line holds besides it.
+    let theirs = InterProcessReadWriteLock::new(&other, path).unwrap();
+    let (in_tx, in_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    thread::scope(|s| {
+        // Dropped with this closure, also when an assertion fails: their writer stops waiting.
+        let go_tx = go_tx;
+        let (theirs, other) = (&theirs, &other);
+        let their_write = s.spawn(move || {
+            let guard = theirs
+                .write_lock()
+                .try_acquire_for(SOON)
+                .unwrap()
+                .expect("never freed");
+            in_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let others: Vec<String> = children(other, path)
+                .into_iter()
+                .filter(|n| !guard.node_path().ends_with(n.as_str()))
+                .collect();
+            (guard.check().is_ok(), others)
+        });
+        wait_for(SOON, || (children(other, path).len() == 2).then_some(()))
+            .expect("their writer queues");
+        armed.store(true, Ordering::SeqCst);
+        let read = write.downgrade();
+        assert!(
+            matches!(read, Err(Error::SessionLost { session_id }) if session_id == lost),
+            "a read on a new session: {:?}",
+            read.map(|r| r.node_path().to_string())
+        );
+        in_rx.recv_timeout(SOON).expect("their writer never got in");
+        go_tx.send(()).unwrap();
+        let (held, others) = their_write.join().unwrap();
+        assert!(held);
+        // Nothing of ours is left in the line.
+        assert!(others.is_empty(), "{others:?}");
+    });
+}
+
 #[test]
 fn write_guard_downgrade_keeps_a_queued_writer_out_until_the_read_is_released() {
     let c = client();

@@ -302,11 +302,24 @@ impl LockCore {
         }
     }
 
-    /// Takes the lock without waiting for a turn (a downgrade: the write lock's holder takes the
-    /// read lock).
-    pub fn grant(&self, lock_name: &str, deadline: Option<Instant>) -> Result<Option<Lease>> {
+    /// Takes the lock without waiting for a turn, on the hold `on` stands for (a downgrade:
+    /// the write lock's holder takes the read lock on the write's session). The node must be
+    /// made on that session: if the session was lost and the client is on a new one by the
+    /// time the create goes, the node (which would be granted at once, though the hold it
+    /// builds on is gone and a writer behind it may hold) is removed again and the session's
+    /// loss reported.
+    pub fn grant(
+        &self,
+        lock_name: &str,
+        on: SessionId,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
         let started = Instant::now();
         match self.enter(lock_name, deadline) {
+            Ok((node, _)) if node.session != on => {
+                self.leave(&node, deadline);
+                Err(Error::SessionLost { session_id: on })
+            }
             Ok((node, token)) => {
                 self.counters.acquired(started.elapsed());
                 Ok(Some(self.lease(node, token)))

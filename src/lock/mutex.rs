@@ -226,8 +226,11 @@ impl InterProcessMutex {
                             sequence_of(paths::node_name(lease.node_path())).ok_or_else(|| {
                                 Error::IllegalState("a write node without a sequence".into())
                             })?;
-                        self.core
-                            .grant(&format!("{READ_NAME}{seq:010}-"), deadline)?
+                        self.core.grant(
+                            &format!("{READ_NAME}{seq:010}-"),
+                            lease.session_id(),
+                            deadline,
+                        )?
                     }
                     None => self
                         .core
