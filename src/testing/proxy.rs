@@ -159,8 +159,9 @@ impl FaultProxy {
         self.set_mode(Mode::Freeze);
     }
 
-    /// Bytes delivered from clients to the server so far: a test can wait for it to grow to
-    /// know a request reached the server.
+    /// Bytes delivered from clients to the server so far, counted as the proxy hands them on
+    /// (so before the server can answer them): a test can wait for it to grow to know a
+    /// request is on its way to the server, past any later change of mode.
     pub fn requests_passed(&self) -> u64 {
         self.shared.requests_passed.load(Ordering::SeqCst)
     }
@@ -323,13 +324,15 @@ fn pump(
         }
         if !pending.is_empty() {
             held.publish(0);
-            if to.write_all(&pending).is_err() {
-                break;
-            }
+            // Counted before the write: the server may answer (and a test read the count)
+            // before this thread runs again.
             if !replies {
                 shared
                     .requests_passed
                     .fetch_add(pending.len() as u64, Ordering::SeqCst);
+            }
+            if to.write_all(&pending).is_err() {
+                break;
             }
             pending.clear();
         }
