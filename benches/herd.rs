@@ -117,7 +117,7 @@ fn plot(rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
         .collect()
     };
     plot_panels(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/herd.png"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/herd.png"),
         &[
             (
                 "handoff latency p50 (hold 0)",

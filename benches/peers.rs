@@ -348,7 +348,7 @@ fn plot(
         ]
     };
     plot_panels(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers.png"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/peers.png"),
         &[
             (
                 "acquisitions per second (hold 0)",
@@ -734,7 +734,7 @@ impl Curator {
         }
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("curator-bench");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/CuratorBench.java");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/CuratorBench.java");
         let compiled = Command::new("javac")
             .args(["-cp", CURATOR_JARS, "-d"])
             .arg(&dir)

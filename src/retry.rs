@@ -8,6 +8,7 @@ use std::time::Duration;
 /// between half of that and all of it), then the next connection; no retry starts once
 /// `max_retries` have been made or `max_elapsed` has passed since the first attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// First backoff.
     pub base: Duration,
@@ -37,6 +38,42 @@ impl RetryPolicy {
             max_retries: 0,
             ..Default::default()
         }
+    }
+
+    /// Backoffs from `base`, doubling up to `max_sleep`; the default count and time limits
+    /// (set them with [`max_retries`](Self::max_retries) and
+    /// [`max_elapsed`](Self::max_elapsed)). The policy is `#[non_exhaustive]`, so that a
+    /// setting can be added without breaking anyone: build it from here or from
+    /// [`Default`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use zk_recipes::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::exponential(Duration::from_millis(20), Duration::from_secs(1))
+    ///     .max_retries(5)
+    ///     .max_elapsed(Duration::from_secs(30));
+    /// assert_eq!(policy.backoff(1, Duration::ZERO), Some(Duration::from_millis(40)));
+    /// assert_eq!(policy.backoff(5, Duration::ZERO), None);
+    /// ```
+    pub fn exponential(base: Duration, max_sleep: Duration) -> Self {
+        RetryPolicy {
+            base,
+            max_sleep,
+            ..Default::default()
+        }
+    }
+
+    /// The same policy with at most `n` retries after the first attempt.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// The same policy, giving up once `d` has passed since the first attempt.
+    pub fn max_elapsed(mut self, d: Duration) -> Self {
+        self.max_elapsed = d;
+        self
     }
 
     /// The backoff before retry number `retry` (0-based), or `None` if no retry is allowed

@@ -33,6 +33,7 @@ impl Checker {
         match e {
             LeadershipEvent::Gained => s.0 += 1,
             LeadershipEvent::Lost => s.0 -= 1,
+            other => panic!("unexpected {other:?}"),
         }
         s.1 = s.1.max(s.0);
     }

@@ -70,18 +70,32 @@ pub fn pct(samples: &mut [Duration], p: f64) -> f64 {
     samples[i].as_secs_f64() * 1e6
 }
 
-/// Prints one JSON object per line: `fields` are (name, already-JSON value).
+/// Prints one JSON object per line: `fields` are (name, already-JSON value, made by [`s`],
+/// [`f`] or a literal), in this order after `"bench"`. Written by `serde_json`, so a name or a
+/// message with a quote in it still makes a valid line.
 pub fn json(bench: &str, fields: &[(&str, String)]) {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-    println!("{{\"bench\":\"{bench}\",{}}}", body.join(","));
+    let mut line = serde_json::Map::new();
+    line.insert("bench".into(), bench.into());
+    for (k, v) in fields {
+        let value = serde_json::from_str(v).unwrap_or_else(|_| v.as_str().into());
+        line.insert((*k).into(), value);
+    }
+    println!("{}", serde_json::Value::Object(line));
 }
 
+/// A string as a JSON value.
 pub fn s(v: &str) -> String {
-    format!("\"{v}\"")
+    serde_json::Value::from(v).to_string()
 }
 
+/// A number as a JSON value, two decimals; `null` for one that is not finite (a ratio to a
+/// figure that was not measured).
 pub fn f(v: f64) -> String {
-    format!("{v:.2}")
+    if v.is_finite() {
+        format!("{v:.2}")
+    } else {
+        "null".into()
+    }
 }
 
 /// Runs `one_round` over and over on one thread per worker state for `run_for`, all starting

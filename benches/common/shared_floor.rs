@@ -22,7 +22,7 @@ impl SharedFloor {
             .unwrap_or_else(|| {
                 PathBuf::from(concat!(
                     env!("CARGO_MANIFEST_DIR"),
-                    "/target/floor/release/zk-floor"
+                    "/../target/floor/release/zk-floor"
                 ))
             });
         binary.exists().then(|| SharedFloor {

@@ -117,25 +117,22 @@ enum Sub {
     },
 }
 
+/// A duration as people write them (`500ms`, `10s`, `2m`, `1h 30m`; humantime's syntax), or a
+/// bare number of seconds; at most a year.
 fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 2m)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
-    };
-    if !(0.0..=86_400.0 * 365.0).contains(&secs) {
+    let d = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| e.to_string())
+    } else {
+        humantime::parse_duration(s).map_err(|e| e.to_string())
+    }
+    .map_err(|e| format!("{s:?} is not a duration (e.g. 500ms, 10s, 2m): {e}"))?;
+    if d > Duration::from_secs(86_400 * 365) {
         return Err(format!("{s:?} is out of range"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
@@ -239,6 +236,8 @@ fn list(client: &Client, path: &str) -> ExitCode {
             HoldKind::Exclusive => "lock",
             HoldKind::Read => "read",
             HoldKind::Write => "write",
+            // A kind added after this command was written.
+            _ => "other",
         };
         let session = entry.session.map_or("-".to_owned(), |s| s.to_string());
         println!(

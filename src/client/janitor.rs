@@ -19,7 +19,7 @@ use super::api::Client;
 use super::config::strip;
 use super::conn::Answer;
 use super::events::{Chore, Job, Then};
-use super::session::{Core, Inbox, Phase};
+use super::session::{Core, Counters, Inbox, Phase};
 use super::types::{WatchEvent, WatchKind};
 use crate::error::Error;
 use crate::session_id::SessionId;
@@ -81,7 +81,9 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
         match job {
             Ok(Job::Deliver(to, event)) => {
                 for tx in to {
-                    waiting.deliver(tx, event.clone());
+                    if waiting.deliver(tx, event.clone()) {
+                        Counters::count(&core.counters.watch_backlogs);
+                    }
                 }
                 continue;
             }
@@ -118,16 +120,18 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
 struct Backlog(Vec<(Sender<WatchEvent>, VecDeque<WatchEvent>)>);
 
 impl Backlog {
-    /// Sends `event` to `tx` now if it has room and nothing of it waits; otherwise keeps it.
-    /// A channel whose receivers are gone gets nothing.
-    fn deliver(&mut self, tx: Sender<WatchEvent>, event: WatchEvent) {
+    /// Sends `event` to `tx` now if it has room and nothing of it waits; otherwise keeps it
+    /// (then true). A channel whose receivers are gone gets nothing.
+    fn deliver(&mut self, tx: Sender<WatchEvent>, event: WatchEvent) -> bool {
         if let Some((_, queue)) = self.0.iter_mut().find(|(t, _)| t.same_channel(&tx)) {
             queue.push_back(event);
-            return;
+            return true;
         }
         if let Err(TrySendError::Full(event)) = tx.try_send(event) {
             self.0.push((tx, VecDeque::from([event])));
+            return true;
         }
+        false
     }
 
     /// Each waiting channel with its oldest event.

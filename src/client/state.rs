@@ -17,6 +17,7 @@ pub use crate::session_id::SessionId;
 /// from connected when the server reports the session gone). After `Lost` the client builds a
 /// new session and reports `Connected` again with the new id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ConnectionState {
     /// A new session is established (the first one, or a new one after `Lost`).
     Connected,
@@ -52,6 +53,7 @@ impl ConnectionState {
 
 /// One state change, with the session it refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StateEvent {
     /// The new state.
     pub state: ConnectionState,

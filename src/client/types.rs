@@ -35,6 +35,7 @@ pub struct Stat {
 
 /// How a node is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CreateMode {
     /// Stays until deleted.
     Persistent,
@@ -100,6 +101,7 @@ impl CreateMode {
 
 /// What a watch reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WatchKind {
     /// The node was created.
     Created,
@@ -121,6 +123,7 @@ pub enum WatchKind {
 /// A fired watch. One-shot watches fire once; persistent ones (see
 /// [`Client::add_watch`](crate::Client::add_watch)) until removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WatchEvent {
     /// What happened.
     pub kind: WatchKind,
@@ -130,6 +133,7 @@ pub struct WatchEvent {
 
 /// The kind of a persistent watch set with [`Client::add_watch`](crate::Client::add_watch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AddWatchMode {
     /// Data changes, creation and deletion of the node, and changes to its children list;
     /// stays set after it fires.
@@ -141,6 +145,7 @@ pub enum AddWatchMode {
 /// One operation of a [`Client::multi`](crate::Client::multi) transaction or a
 /// [`Client::pipeline`](crate::Client::pipeline).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Op {
     /// Create a node (with the client's default ACL).
     Create {
@@ -217,6 +222,7 @@ impl Op {
 
 /// The result of one [`Op`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OpResult {
     /// The node was created at this path, with this stat.
     Created {
@@ -244,6 +250,7 @@ pub enum OpResult {
 /// An identity the server has authenticated this connection as (see
 /// [`Client::who_am_i`](crate::Client::who_am_i)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientInfo {
     /// The auth scheme (`ip`, `digest`, `sasl`, ...).
     pub scheme: String,

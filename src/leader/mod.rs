@@ -21,6 +21,7 @@ pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// When leadership ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LeadershipPolicy {
     /// On SUSPENDED: while the connection is broken nobody can know what the server decides,
     /// so leadership is dropped at once (and taken up again after RECONNECTED if still first).
@@ -32,6 +33,7 @@ pub enum LeadershipPolicy {
 
 /// A change of leadership, as told to a latch's listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LeadershipEvent {
     /// This participant now leads.
     Gained,
@@ -41,6 +43,7 @@ pub enum LeadershipEvent {
 
 /// Someone in line for leadership.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Participant {
     /// The id it gave (its node's data).
     pub id: String,

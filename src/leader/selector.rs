@@ -22,6 +22,7 @@ type Work = Arc<dyn Fn(&LeadershipContext) + Send + Sync>;
 
 /// How one term of leadership ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TermOutcome {
     /// The work returned while leadership was certain throughout.
     Completed,

@@ -244,6 +244,7 @@ impl LockCore {
         wait: bool,
         cancel: &Receiver<()>,
     ) -> Result<Option<Lease>> {
+        let _span = crate::trace::acquire(&self.path, self.client.session_id());
         let started = Instant::now();
         // A timed acquire always makes its attempt: the create and the look at the line that
         // comes with it get at least MIN_ATTEMPT, however near the deadline (so a zero timeout

@@ -7,6 +7,7 @@ use crate::{paths, Client, Result, SessionId};
 
 /// What kind of hold a node asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HoldKind {
     /// A mutex or semaphore-mutex node: exclusive.
     Exclusive,
@@ -18,6 +19,7 @@ pub enum HoldKind {
 
 /// One node in a lock's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LineEntry {
     /// The node's path.
     pub path: String,

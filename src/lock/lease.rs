@@ -35,6 +35,7 @@ impl fmt::Debug for Lease {
 
 /// Why [`Lease::run`] did not return the work's result as valid.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RunError<T> {
     /// The lease was already invalid; the work did not run.
     NotRun(Error),
@@ -161,7 +162,11 @@ impl Lease {
     /// `valid_until` from advancing, so this errs even before the client notices anything.
     pub fn check(&self) -> Result<()> {
         self.watch_node();
-        self.check_quietly()
+        let checked = self.check_quietly();
+        if checked.is_err() {
+            self.client.count_lease_check_failure();
+        }
+        checked
     }
 
     /// Runs `work` if the hold is valid, and returns its result only if the hold is still

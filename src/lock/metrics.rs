@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// A count and a total duration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timing {
     /// How many.
     pub count: u64,
@@ -25,6 +26,7 @@ impl Timing {
 
 /// A snapshot of one lock's figures since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockMetrics {
     /// Successful acquisitions (re-entries not counted).
     pub acquisitions: u64,

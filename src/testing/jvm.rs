@@ -9,7 +9,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::HarnessError;
@@ -293,31 +292,20 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-pub(crate) struct TempDir(PathBuf);
+/// A fresh directory under the system temp dir (`zk-recipes-<tag>-…`), removed on drop
+/// (`tempfile`'s, which makes the name unique and the directory private to us). The JVM
+/// watchdog removes it too if this process dies without dropping it.
+pub(crate) struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> std::io::Result<TempDir> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "zk-recipes-{tag}-{}-{n}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(TempDir(dir))
+        tempfile::Builder::new()
+            .prefix(&format!("zk-recipes-{tag}-"))
+            .tempdir()
+            .map(TempDir)
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }

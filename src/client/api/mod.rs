@@ -26,14 +26,48 @@ mod nodes;
 mod reads;
 mod watches;
 
-/// Counts a client keeps, read with [`Client::metrics`].
+/// Counts a client keeps since it was built, read with [`Client::metrics`]: the numbers to
+/// look at when locks stall or leaders flap. Export them as counters (they only grow).
+///
+/// ```no_run
+/// # fn main() -> zk_recipes::Result<()> {
+/// let client = zk_recipes::Client::connect("127.0.0.1:2181")?;
+/// let m = client.metrics();
+/// println!(
+///     "zk: {} connections, {} suspensions, {} reconnects, {} sessions lost, {} retries, \
+///      {} lease checks failed, {} watch events ({} backlogged)",
+///     m.connections, m.suspensions, m.reconnects, m.session_losses, m.retries,
+///     m.lease_check_failures, m.watch_events, m.watch_backlogs,
+/// );
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientMetrics {
     /// Requests this client's operations sent, retries included (pings, the handshake and the
     /// janitor's background clean-up are not counted).
     pub requests: u64,
     /// Watch notifications delivered to this client's watchers.
     pub watch_events: u64,
+    /// Connections established (handshakes completed), the first one included.
+    pub connections: u64,
+    /// Sessions established (CONNECTED or CONNECTED_READ_ONLY with a new session), the first
+    /// one included.
+    pub sessions: u64,
+    /// Times the same session came back after a suspension (RECONNECTED).
+    pub reconnects: u64,
+    /// Times the connection broke or went silent (SUSPENDED).
+    pub suspensions: u64,
+    /// Sessions lost (LOST): expired by the server or declared gone by the client.
+    pub session_losses: u64,
+    /// Operations retried after a connection loss.
+    pub retries: u64,
+    /// Watch events that found their watcher's bounded channel full and waited in the
+    /// client's backlog (a watcher that does not keep up).
+    pub watch_backlogs: u64,
+    /// Lease checks (`check()`, and the two of every `run()`) that found a hold no longer
+    /// vouched for.
+    pub lease_check_failures: u64,
 }
 
 /// A listing the reader thread sent for a lock waiter the moment its watch fired (see
@@ -125,6 +159,11 @@ impl Client {
         &self.core
     }
 
+    /// Counts a lease check that found its hold no longer vouched for.
+    pub(crate) fn count_lease_check_failure(&self) {
+        crate::client::session::Counters::count(&self.core.counters.lease_check_failures);
+    }
+
     /// The client's own handle for background work: bounded by `deadline`, and dropping it
     /// never closes the session.
     pub(crate) fn background(core: Arc<Core>, deadline: Instant) -> Client {
@@ -196,9 +235,18 @@ impl Client {
     /// What this client has sent and received so far.
     pub fn metrics(&self) -> ClientMetrics {
         let c = &self.core.counters;
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         ClientMetrics {
-            requests: c.requests.load(Ordering::Relaxed),
-            watch_events: c.watch_events.load(Ordering::Relaxed),
+            requests: l(&c.requests),
+            watch_events: l(&c.watch_events),
+            connections: l(&c.connections),
+            sessions: l(&c.sessions),
+            reconnects: l(&c.reconnects),
+            suspensions: l(&c.suspensions),
+            session_losses: l(&c.session_losses),
+            retries: l(&c.retries),
+            watch_backlogs: l(&c.watch_backlogs),
+            lease_check_failures: l(&c.lease_check_failures),
         }
     }
 
@@ -317,6 +365,7 @@ impl Client {
                         _ => return Err(Error::ConnectionLoss),
                     };
                     retries += 1;
+                    crate::client::session::Counters::count(&self.core.counters.retries);
                     warn!("connection loss at {path}; retry {retries}");
                     // The backoff, never past the caller's deadline; closing ends it.
                     let mut wait = crate::retry::jitter(backoff);

@@ -276,6 +276,7 @@ impl Core {
             let status = self.status.lock();
             status.session.clone().filter(|_| status.session_is_global)
         };
+        let _span = crate::trace::handshake(&host.to_string(), resume.as_ref().map(|s| s.id));
         let timeout = resume
             .as_ref()
             .map_or(self.config.session_timeout, |s| s.timeout);
@@ -466,6 +467,7 @@ impl Core {
         if status.phase == Phase::Closed || !self.outbox.open(writer, session.id, epoch) {
             return false;
         }
+        super::Counters::count(&self.counters.connections);
         let same = status.session.as_ref().is_some_and(|s| s.id == session.id);
         let event = if read_only {
             ConnectionState::ConnectedReadOnly

@@ -115,6 +115,21 @@ struct AuthWaiter {
 pub(crate) struct Counters {
     pub requests: AtomicU64,
     pub watch_events: AtomicU64,
+    pub connections: AtomicU64,
+    pub sessions: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub suspensions: AtomicU64,
+    pub session_losses: AtomicU64,
+    pub retries: AtomicU64,
+    pub watch_backlogs: AtomicU64,
+    pub lease_check_failures: AtomicU64,
+}
+
+impl Counters {
+    /// One more of `which`.
+    pub fn count(which: &AtomicU64) {
+        which.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// State shared by every `Client` handle and the client's two threads.
@@ -342,6 +357,13 @@ impl Core {
             ConnectionState::Suspended => warn!("session {session_id} suspended"),
             _ => info!("session {session_id}: {state:?}"),
         }
+        let c = &self.counters;
+        Counters::count(match state {
+            ConnectionState::Connected | ConnectionState::ConnectedReadOnly => &c.sessions,
+            ConnectionState::Reconnected => &c.reconnects,
+            ConnectionState::Suspended => &c.suspensions,
+            ConnectionState::Lost => &c.session_losses,
+        });
         self.tokens.lock().retain(|t| match t.upgrade() {
             Some(token) => {
                 let lost = match state {

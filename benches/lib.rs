@@ -1,0 +1,1 @@
+//! Nothing here: the package exists for its bench targets (see Cargo.toml).
