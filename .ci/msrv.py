@@ -7,11 +7,16 @@ meta = json.load(sys.stdin)
 packages = {p["id"]: p for p in meta["packages"]}
 nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
 root = next(p for p in meta["packages"] if p["name"] == "zk-recipes")
-ours = tuple(int(x) for x in root["rust_version"].split("."))
 
 
 def version(v):
-    return tuple(int(x) for x in v.split(".")[:3])
+    """`1.85` and `1.85.0` are the same version: padded to three parts before comparing."""
+    parts = [int(x) for x in v.split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+assert version("1.85.0") == version("1.85") < version("1.85.1") < version("1.86")
+ours = version(root["rust_version"])
 
 
 seen, todo, newer = set(), [root["id"]], []

@@ -3,9 +3,9 @@
 //! session timeout; when it stops gracefully the next one takes over at once.
 //!
 //! ```text
-//! cargo run --example batch_leader                 # starts ZooKeeper, runs 3 workers, kills one
-//! cargo run --example batch_leader -- --workers 5  # more workers
-//! ZK_CONNECT=host:2181 cargo run --example batch_leader -- --worker --id a --file /tmp/jobs.log
+//! cargo run -p zk-recipes-examples --example batch_leader                 # starts ZooKeeper, runs 3 workers, kills one
+//! cargo run -p zk-recipes-examples --example batch_leader -- --workers 5  # more workers
+//! ZK_CONNECT=host:2181 cargo run -p zk-recipes-examples --example batch_leader -- --worker --id a --file /tmp/jobs.log
 //! ```
 //!
 //! Each term, the leader appends `job <n> by <id> token <fencing token>` to a shared file. It

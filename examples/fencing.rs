@@ -6,7 +6,7 @@
 //! `FencingGate` refuses the write.
 //!
 //! ```text
-//! cargo run --example fencing
+//! cargo run -p zk-recipes-examples --example fencing
 //! ```
 
 use std::time::{Duration, Instant};

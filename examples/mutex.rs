@@ -1,8 +1,8 @@
 //! Several workers, each with its own ZooKeeper session, take turns on one lock.
 //!
 //! ```text
-//! cargo run --example mutex                    # starts its own ZooKeeper
-//! ZK_CONNECT=127.0.0.1:2181 cargo run --example mutex
+//! cargo run -p zk-recipes-examples --example mutex                    # starts its own ZooKeeper
+//! ZK_CONNECT=127.0.0.1:2181 cargo run -p zk-recipes-examples --example mutex
 //! ```
 
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! the server restarts, and while the network holds every byte for longer than the session.
 //!
 //! ```text
-//! cargo run --example session_demo
+//! cargo run -p zk-recipes-examples --example session_demo
 //! ```
 
 use std::time::{Duration, Instant};

@@ -147,10 +147,12 @@ pub enum Error {
         /// The session that was lost.
         session_id: SessionId,
     },
-    /// A write made [while held](crate::lock::WhileHeld) was refused by the server because the
-    /// lock node is gone: the hold is over (session expired, node deleted). Nothing was written.
+    /// The hold a call builds on is over because its lock node is gone (its session expired,
+    /// or someone deleted it): a write made [while held](crate::lock::WhileHeld) was refused
+    /// by the server, or a re-entry or downgrade found the node deleted. Nothing was written
+    /// or taken.
     NotHeld {
-        /// The lock node the write depended on.
+        /// The lock node the call depended on.
         node: String,
     },
     /// A path that ZooKeeper would reject, caught before anything was sent.
@@ -276,7 +278,7 @@ impl fmt::Display for Error {
             ),
             Error::NotHeld { node } => write!(
                 f,
-                "the lock node {node} is gone, so the server refused the write: the hold is over"
+                "the lock node {node} is gone: the hold is over, and nothing was done on it"
             ),
             Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
             Error::BadArguments(msg) => write!(f, "bad arguments: {msg}"),

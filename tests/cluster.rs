@@ -306,6 +306,9 @@ fn a_read_only_member_serves_reads_and_the_quorum_gives_a_new_session() {
     // Back on the quorum: a new session, no LOST.
     next_read_write_session(&client, &sub, ro_session, "no new session from the quorum");
     client.set_data(&path, b"after", None).unwrap();
+    // Two sessions (the read-only server's, then the quorum's), and no loss between them.
+    let m = client.metrics();
+    assert_eq!((m.sessions, m.session_losses), (2, 0), "{m:?}");
 }
 
 /// Issue 20: a client on a read-only member keeps asking the other servers it knows whether

@@ -75,9 +75,13 @@ fn metrics_count_connections_suspensions_losses_retries_lease_failures_and_backl
     assert!(guard.check().is_ok());
     let failures = client.metrics().lease_check_failures;
     expire_and_renew(&f, &client);
-    assert!(guard.check().is_err());
+    // The hold is counted once, however often it is checked after (reviewer's finding: every
+    // check counted, so a leader polling `has_leadership()` inflated it).
+    for _ in 0..5 {
+        assert!(guard.check().is_err());
+    }
     let m = client.metrics();
-    assert!(m.lease_check_failures > failures, "{m:?}");
+    assert_eq!(m.lease_check_failures, failures + 1, "{m:?}");
     assert_eq!((m.session_losses, m.sessions), (1, 2), "{m:?}");
     assert!(m.connections >= 4, "{m:?}");
 }

@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use rstest::rstest;
@@ -398,6 +398,43 @@ fn metrics_count_acquisitions_waits_and_holds() {
     assert_eq!(m.hold.count, 3);
     assert_eq!(m.timeouts, 0);
     assert_eq!(m.losses, 0);
+}
+
+/// A semaphore's wait runs from the caller's call: the time in line for its internal mutex
+/// counts (reviewer's finding: it was counted from the lease step, after the mutex).
+#[test]
+fn a_semaphore_s_wait_counts_its_time_in_line_for_the_internal_mutex() {
+    let path = root("semaphore-wait-metrics");
+    let c = client();
+    let other = client();
+    let semaphore = InterProcessSemaphoreMutex::new(&c, &path).unwrap();
+    // Another process in line for the internal mutex first (the same protocol, on its path).
+    let internal = InterProcessMutex::new(&other, &format!("{path}/locks")).unwrap();
+    let blocker = internal.acquire().unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| semaphore.acquire().map(drop));
+        let queued = wait_for(SOON, || {
+            (other.children(&format!("{path}/locks")).unwrap().len() == 2).then(Instant::now)
+        })
+        .expect("the acquire never queued");
+        // The blocker holds for a while the waiter is known to be in line.
+        const IN_LINE: Duration = Duration::from_millis(300);
+        assert!(
+            wait_for(IN_LINE, || waiter.is_finished().then_some(())).is_none(),
+            "took the semaphore past the internal mutex"
+        );
+        let released = Instant::now();
+        drop(blocker);
+        waiter.join().unwrap().unwrap();
+        let m = semaphore.metrics();
+        assert_eq!(m.wait.count, 1);
+        assert!(
+            m.wait.total >= released - queued,
+            "waited {:?}, in line at least {:?}",
+            m.wait.total,
+            released - queued
+        );
+    });
 }
 
 /// Without the fast handoff, a waiter lists again when the node ahead goes: the reader thread

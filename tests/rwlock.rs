@@ -379,6 +379,77 @@ fn a_downgrade_whose_session_is_lost_before_its_read_node_is_made_gives_no_read(
     });
 }
 
+/// A downgrade whose write node is deleted by someone else (an operator, a revocation tool)
+/// between the check of the write hold and the create of the read node, the session alive
+/// throughout: another client's writer, queued behind the write, holds as soon as the write
+/// node goes, so a read granted on the same session would stand beside it. The downgrade
+/// checks the write node again after its create and refuses (reviewer's scenario).
+#[test]
+fn a_downgrade_whose_write_node_is_deleted_before_its_read_node_is_made_gives_no_read() {
+    let ours = client();
+    let other = client();
+    let path = root("rw-downgrade-write-node-deleted");
+    let their_in = Arc::new(AtomicBool::new(false));
+    let write_node = Arc::new(Mutex::new(String::new()));
+    let armed = Arc::new(AtomicBool::new(false));
+    let options = {
+        let (other, their_in, write_node, armed) = (
+            other.clone(),
+            their_in.clone(),
+            write_node.clone(),
+            armed.clone(),
+        );
+        zk_recipes::LockOptions::new().testing_before_create(move |node| {
+            if node.contains("__READ__") && armed.swap(false, Ordering::SeqCst) {
+                let doomed = write_node.lock().unwrap().clone();
+                other.delete(&doomed).unwrap();
+                wait_for(SOON, || their_in.load(Ordering::SeqCst).then_some(()))
+                    .expect("their writer never got in");
+            }
+        })
+    };
+    let lock = InterProcessReadWriteLock::with_options(&ours, &path, options).unwrap();
+    let write = lock.write_lock().acquire().unwrap();
+    *write_node.lock().unwrap() = write.node_path().to_string();
+    let session = ours.session_id().unwrap();
+    let theirs = InterProcessReadWriteLock::new(&other, &path).unwrap();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    thread::scope(|s| {
+        let go_tx = go_tx;
+        let (theirs, other, path, their_in) = (&theirs, &other, &path, &their_in);
+        let their_write = s.spawn(move || {
+            let guard = theirs
+                .write_lock()
+                .try_acquire_for(SOON)
+                .unwrap()
+                .expect("never freed");
+            their_in.store(true, Ordering::SeqCst);
+            go_rx.recv().unwrap();
+            let others: Vec<String> = children(other, path)
+                .into_iter()
+                .filter(|n| !guard.node_path().ends_with(n.as_str()))
+                .collect();
+            (guard.check().is_ok(), others)
+        });
+        wait_for(SOON, || (children(other, path).len() == 2).then_some(()))
+            .expect("their writer queues");
+        armed.store(true, Ordering::SeqCst);
+        let read = write.downgrade();
+        assert!(
+            matches!(&read, Err(Error::NotHeld { node }) if *node == *write_node.lock().unwrap()),
+            "a read beside their writer: {:?}",
+            read.map(|r| r.node_path().to_string())
+        );
+        // The session was never lost: only the node went.
+        assert_eq!(ours.session_id(), Some(session));
+        go_tx.send(()).unwrap();
+        let (held, others) = their_write.join().unwrap();
+        assert!(held);
+        // Nothing of ours is left in the line.
+        assert!(others.is_empty(), "{others:?}");
+    });
+}
+
 #[test]
 fn write_guard_downgrade_keeps_a_queued_writer_out_until_the_read_is_released() {
     let c = client();

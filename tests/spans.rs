@@ -10,7 +10,7 @@ use common::*;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
-use zk_recipes::lock::InterProcessMutex;
+use zk_recipes::lock::{InterProcessMutex, InterProcessSemaphoreMutex};
 use zk_recipes::ConnectionState::{Reconnected, Suspended};
 
 /// A span's fields, as names and values.
@@ -42,7 +42,17 @@ impl Subscriber for Recorder {
         spans.push((span.metadata().name().into(), fields.0));
         Id::from_u64(spans.len() as u64)
     }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record(&self, id: &Id, values: &Record<'_>) {
+        let mut fields = Fields(Vec::new());
+        values.record(&mut fields);
+        let mut spans = self.0.lock().unwrap();
+        if let Some((_, known)) = (id.into_u64() as usize)
+            .checked_sub(1)
+            .and_then(|i| spans.get_mut(i))
+        {
+            known.extend(fields.0);
+        }
+    }
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, _: &Event<'_>) {}
     fn enter(&self, _: &Id) {}
@@ -60,9 +70,11 @@ impl Recorder {
     }
 }
 
+/// The field's last value (a field recorded after the span opened comes after its `Empty`).
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields
         .iter()
+        .rev()
         .find(|(n, _)| n == name)
         .map(|(_, v)| v.as_str())
 }
@@ -75,11 +87,13 @@ fn acquire_handshake_and_reconnect_open_spans_with_the_session_id() {
     let f = faulty();
     let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
     let session = client.session_id().unwrap().to_string();
+    // The new session's handshake names the session it was granted.
     let handshakes = recorder.find("zk_recipes.handshake");
     assert!(
         handshakes
             .iter()
-            .any(|h| field(h, "server") == Some(&f.proxy.connect_string())),
+            .any(|h| field(h, "server") == Some(&f.proxy.connect_string())
+                && field(h, "session_id") == Some(&session)),
         "{handshakes:?}"
     );
 
@@ -105,4 +119,18 @@ fn acquire_handshake_and_reconnect_open_spans_with_the_session_id() {
             .any(|a| field(a, "path") == Some(&path) && field(a, "session_id") == Some(&session)),
         "{acquires:?}"
     );
+
+    // A recipe built on others (the semaphore takes an internal mutex, then a lease) shows as
+    // one acquire, on the path the caller named (reviewer's finding: two, on inner paths).
+    let semaphore_path = root("spans-semaphore");
+    let semaphore = InterProcessSemaphoreMutex::new(&client, &semaphore_path).unwrap();
+    let before = recorder.find("zk_recipes.acquire").len();
+    drop(semaphore.acquire().unwrap());
+    let acquires = recorder.find("zk_recipes.acquire");
+    let new: Vec<&str> = acquires[before..]
+        .iter()
+        .filter_map(|a| field(a, "path"))
+        .filter(|p| p.starts_with(semaphore_path.as_str()))
+        .collect();
+    assert_eq!(new, [semaphore_path.as_str()], "{acquires:?}");
 }

@@ -344,6 +344,8 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
     };
     let mut child = match Command::new(program)
         .args(args)
+        // The lock's credentials are ours, not the command's.
+        .env_remove("ZK_SASL_PASSWORD")
         .env("ZK_LOCK_PATH", path)
         .env("ZK_LOCK_NODE", guard.node_path())
         .env("ZK_LOCK_FENCING_TOKEN", token.to_string())

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::link::{LinkWriter, Socket};
+use super::link::{LinkWriter, Socket, WriteFailure};
 use super::proto::{self, ReplyHeader, MAX_FRAME};
 use super::slot::{slot, Awaited, Promise};
 use super::watches::WatchReg;
@@ -280,7 +280,7 @@ impl Outbox {
                 return Err(Error::ConnectionLoss);
             }
         };
-        self.write(&mut w, frames)
+        self.write(&mut w, frames, deadline)
     }
 
     /// What the reader thread sends (the lease heartbeat): `Ok(None)` at once if a writer
@@ -296,10 +296,19 @@ impl Outbox {
         if w.stream.is_none() {
             return Err(Error::ConnectionLoss);
         }
-        self.write(&mut w, frames).map(Some)
+        self.write(&mut w, frames, None).map(Some)
     }
 
-    fn write(&self, w: &mut Wire, frames: Vec<Outgoing>) -> Result<Vec<Ticket>> {
+    /// Writes `frames` under the writers' lock, by `deadline` if there is one. A write that
+    /// cannot finish by then, of which nothing went, is taken back (`ConnectionLoss`, the
+    /// connection untouched); one left half-written ends the connection (nothing may follow a
+    /// torn frame), and its tickets are answered `None` as for any connection that dies.
+    fn write(
+        &self,
+        w: &mut Wire,
+        frames: Vec<Outgoing>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Ticket>> {
         let mut tickets = Vec::with_capacity(frames.len());
         let mut out = Vec::new();
         let mut queued = Vec::with_capacity(frames.len());
@@ -356,31 +365,55 @@ impl Outbox {
         }
         let sent = Instant::now();
         if !out.is_empty() {
-            // Queued before they are written: an answer can come before `write_all` returns.
+            // Queued before they are written: an answer can come before the write returns.
+            let ours = queued.len();
             self.answers.lock().pending.extend(queued);
             let written = match w.stream.as_mut() {
-                Some(s) => s.write_all(&out),
-                None => Err(io::ErrorKind::NotConnected.into()),
+                Some(s) => s.write_until(&out, deadline),
+                None => Err(WriteFailure {
+                    error: io::ErrorKind::NotConnected.into(),
+                    torn: false,
+                }),
             };
-            if let Err(e) = written {
-                log::debug!("write failed: {e}; the connection is dropped");
+            if let Err(WriteFailure { error, torn }) = written {
+                if !torn && error.kind() == io::ErrorKind::TimedOut {
+                    // The caller's deadline came first and nothing went: ours are the last
+                    // queued (we hold the writers' lock), unanswered, and taken back.
+                    let mut answers = self.answers.lock();
+                    let keep = answers.pending.len().saturating_sub(ours);
+                    answers.pending.truncate(keep);
+                    return Err(Error::ConnectionLoss);
+                }
+                log::debug!("write failed: {error}; the connection is dropped");
                 if let Some(s) = w.stream.as_ref() {
                     // The reader sees the shutdown, runs the reconnect and fails what waits.
                     s.shutdown();
+                }
+                if torn {
+                    // Some of it went: its answers may come, or the connection's end.
+                    return Ok(self.tickets(tickets, w.session, sent));
                 }
                 return Err(Error::ConnectionLoss);
             }
             self.sent_now();
         }
-        let session = w.session;
-        Ok(tickets
+        Ok(self.tickets(tickets, w.session, sent))
+    }
+
+    fn tickets(
+        &self,
+        answers: Vec<Awaited<Reply>>,
+        session: SessionId,
+        sent: Instant,
+    ) -> Vec<Ticket> {
+        answers
             .into_iter()
             .map(|answer| Ticket {
                 answer,
                 session,
                 sent,
             })
-            .collect())
+            .collect()
     }
 
     /// Writes a frame that expects no queued answer (a ping) on connection `epoch`, unless a
@@ -427,9 +460,10 @@ impl Outbox {
             .as_mut()
             .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
         before();
-        if let Err(e) = s.write_all(frame) {
+        if let Err(WriteFailure { error, .. }) = s.write_until(frame, deadline) {
+            // Whether or not any of it went: `before` registered it, so the connection ends.
             s.shutdown();
-            return Err(e);
+            return Err(error);
         }
         self.sent_now();
         Ok(())

@@ -92,11 +92,11 @@ pub(crate) fn open(
                     #[cfg(feature = "tls")]
                     tls: None,
                 },
-                LinkWriter {
-                    sock: writer,
+                LinkWriter::new(
+                    writer,
                     #[cfg(feature = "tls")]
-                    tls: None,
-                },
+                    None,
+                ),
             ))
         }
         #[cfg(feature = "tls")]
@@ -117,10 +117,7 @@ pub(crate) fn open(
                         end: 0,
                     }),
                 },
-                LinkWriter {
-                    sock: writer,
-                    tls: Some(shared),
-                },
+                LinkWriter::new(writer, Some(shared)),
             ))
         }
     }
@@ -268,11 +265,135 @@ pub(crate) struct LinkWriter {
     sock: Socket,
     #[cfg(feature = "tls")]
     tls: Option<Arc<Shared>>,
+    timeouts: SendTimeouts,
+}
+
+/// The socket's send timeout: the connection's own (a write that makes no progress for that
+/// long ends the connection), lowered for a write bounded by its caller's deadline.
+struct SendTimeouts {
+    /// The connection's write timeout.
+    full: Option<Duration>,
+    /// What the socket has now.
+    set: Option<Duration>,
+}
+
+impl SendTimeouts {
+    /// Gives the socket the timeout for a write that must end by `deadline`; `TimedOut` once
+    /// it has passed.
+    fn arm(&mut self, sock: &TcpStream, deadline: Option<Instant>) -> io::Result<()> {
+        let want = match deadline {
+            None => self.full,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                Some(self.full.map_or(left, |full| full.min(left)))
+            }
+        };
+        if want != self.set {
+            sock.set_write_timeout(want)?;
+            self.set = want;
+        }
+        Ok(())
+    }
+}
+
+/// Writes all of `bytes` to `sock`, by `deadline` if there is one (then `TimedOut`); `torn`
+/// is set as soon as any of them went.
+fn write_bounded(
+    sock: &TcpStream,
+    timeouts: &mut SendTimeouts,
+    mut bytes: &[u8],
+    deadline: Option<Instant>,
+    torn: &mut bool,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        timeouts.arm(sock, deadline)?;
+        match (&*sock).write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                *torn = true;
+                bytes = bytes.get(n..).unwrap_or_default();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The socket's timeout ran out: the caller's deadline (checked on the next round),
+            // or the connection's own, which ends it.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if deadline.is_none_or(|d| Instant::now() < d) {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A write that failed: why, and whether the stream is torn (some of it went, or for TLS the
+/// TLS state took some of it), so that nothing may follow it on this connection.
+pub(crate) struct WriteFailure {
+    pub error: io::Error,
+    pub torn: bool,
 }
 
 impl LinkWriter {
+    fn new(sock: Socket, #[cfg(feature = "tls")] tls: Option<Arc<Shared>>) -> LinkWriter {
+        // The timeout the dial gave the socket, until the session sets its own.
+        let full = sock.write_timeout().unwrap_or(None);
+        LinkWriter {
+            sock,
+            #[cfg(feature = "tls")]
+            tls,
+            timeouts: SendTimeouts { full, set: full },
+        }
+    }
+
+    /// Sets the connection's write timeout (a write that makes no progress for that long
+    /// fails, and ends the connection).
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.sock.set_write_timeout(timeout)?;
+        self.timeouts = SendTimeouts {
+            full: timeout,
+            set: timeout,
+        };
+        Ok(())
+    }
+
     /// Writes all of `bytes` (encrypted, for TLS).
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_until(bytes, None).map_err(|f| f.error)
+    }
+
+    /// Writes all of `bytes`, giving up at `deadline` (`TimedOut`) if there is one.
+    pub fn write_until(
+        &mut self,
+        bytes: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), WriteFailure> {
+        let mut torn = false;
+        let written = self.write_tracked(bytes, deadline, &mut torn);
+        // The socket keeps the connection's own timeout between writes (the TLS reader's
+        // alerts use it too).
+        if self.timeouts.set != self.timeouts.full
+            && self.sock.set_write_timeout(self.timeouts.full).is_ok()
+        {
+            self.timeouts.set = self.timeouts.full;
+        }
+        written.map_err(|error| WriteFailure { error, torn })
+    }
+
+    fn write_tracked(
+        &mut self,
+        bytes: &[u8],
+        deadline: Option<Instant>,
+        torn: &mut bool,
+    ) -> io::Result<()> {
         #[cfg(feature = "tls")]
         if let Some(shared) = &self.tls {
             let out = shared.out.lock();
@@ -288,14 +409,16 @@ impl LinkWriter {
                 if taken == 0 && records.is_empty() {
                     return Err(io::ErrorKind::WriteZero.into());
                 }
-                (&**out).write_all(&records)?;
-                rest = &rest[taken..];
+                // Plaintext the TLS state took is in its record sequence: it must go out.
+                *torn |= taken > 0;
+                write_bounded(&out, &mut self.timeouts, &records, deadline, torn)?;
+                rest = rest.get(taken..).unwrap_or_default();
                 if rest.is_empty() {
                     return Ok(());
                 }
             }
         }
-        (&*self.sock).write_all(bytes)
+        write_bounded(&self.sock, &mut self.timeouts, bytes, deadline, torn)
     }
 
     /// Ends the connection both ways; the reader sees its end.

@@ -231,13 +231,39 @@ impl LockCore {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<Lease>> {
-        self.acquire_until_cancelled(lock_name, rule, deadline, wait, &never())
+        self.acquire_since(Instant::now(), lock_name, rule, deadline, wait)
+    }
+
+    /// [`acquire`](Self::acquire) for a recipe that began the caller's acquire earlier
+    /// (`since`), which the wait time it counts starts from.
+    pub fn acquire_since(
+        &self,
+        since: Instant,
+        lock_name: &str,
+        rule: &dyn Rule,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Result<Option<Lease>> {
+        self.contend(since, lock_name, rule, deadline, wait, &never())
     }
 
     /// [`acquire`](Self::acquire) that also gives up (with `Ok(None)`) as soon as `cancel`
     /// fires or closes.
     pub fn acquire_until_cancelled(
         &self,
+        lock_name: &str,
+        rule: &dyn Rule,
+        deadline: Option<Instant>,
+        wait: bool,
+        cancel: &Receiver<()>,
+    ) -> Result<Option<Lease>> {
+        self.contend(Instant::now(), lock_name, rule, deadline, wait, cancel)
+    }
+
+    /// The wait loop behind every acquire; the wait time counted runs from `since`.
+    fn contend(
+        &self,
+        since: Instant,
         lock_name: &str,
         rule: &dyn Rule,
         deadline: Option<Instant>,
@@ -284,7 +310,7 @@ impl LockCore {
                         session_id: node.session,
                     });
                 };
-                self.counters.acquired(started.elapsed());
+                self.counters.acquired(since.elapsed());
                 debug!("{} acquired by {}", self.path, node.name);
                 Ok(Some(self.lease(node, token)))
             }
@@ -303,33 +329,70 @@ impl LockCore {
         }
     }
 
-    /// Takes the lock without waiting for a turn, on the hold `on` stands for (a downgrade:
-    /// the write lock's holder takes the read lock on the write's session). The node must be
-    /// made on that session: if the session was lost and the client is on a new one by the
-    /// time the create goes, the node (which would be granted at once, though the hold it
-    /// builds on is gone and a writer behind it may hold) is removed again and the session's
-    /// loss reported.
+    /// Takes the lock without waiting for a turn, on the hold `on` (a downgrade: the write
+    /// lock's holder takes the read lock beside its write). Sound only if `on` still holds
+    /// once our node exists: the node must be made on `on`'s session (if that session was
+    /// lost and the client is on a new one when the create goes, the write node is gone and a
+    /// writer behind it may hold), and `on`'s node must still be there after the create (an
+    /// operator may have deleted it, with the same effect). The check comes after the create
+    /// on the same session, so the server has applied our create before it answers: if the
+    /// write node is there then, every writer behind it will find our node in line once it
+    /// goes. Otherwise our node is removed again and the hold's end reported (see
+    /// `recipes/rwlock.md`).
     pub fn grant(
         &self,
         lock_name: &str,
-        on: SessionId,
+        on: &Lease,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
         let started = Instant::now();
-        match self.enter(lock_name, deadline) {
-            Ok((node, _)) if node.session != on => {
-                self.leave(&node, deadline);
-                Err(Error::SessionLost { session_id: on })
+        let (node, token) = match self.enter(lock_name, deadline) {
+            Ok(entered) => entered,
+            Err(Error::Timeout { .. }) => {
+                self.counters.timed_out();
+                return Ok(None);
             }
-            Ok((node, token)) => {
+            Err(e) => return Err(e),
+        };
+        if node.session != on.session_id() {
+            self.leave(&node, deadline);
+            return Err(Error::SessionLost {
+                session_id: on.session_id(),
+            });
+        }
+        match self.still_holds(on, deadline) {
+            Ok(true) => {
                 self.counters.acquired(started.elapsed());
                 Ok(Some(self.lease(node, token)))
             }
-            Err(Error::Timeout { .. }) => {
-                self.counters.timed_out();
-                Ok(None)
+            Ok(false) => {
+                self.leave(&node, deadline);
+                Err(self.hold_gone(on))
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                self.leave(&node, deadline);
+                match e {
+                    Error::Timeout { .. } => {
+                        self.counters.timed_out();
+                        Ok(None)
+                    }
+                    e => Err(e),
+                }
+            }
+        }
+    }
+
+    /// How a hold found unsound is reported: `SessionLost` if its session is, `NotHeld` if
+    /// only its node is gone (deleted by someone else while the session lives).
+    pub fn hold_gone(&self, lease: &Lease) -> Error {
+        if lease.check_quietly().is_err() {
+            Error::SessionLost {
+                session_id: lease.session_id(),
+            }
+        } else {
+            Error::NotHeld {
+                node: lease.node_path().to_owned(),
+            }
         }
     }
 
@@ -480,8 +543,12 @@ impl LockCore {
                 }
                 Err(e) => return Err(e),
             }
+            // The create goes again: a retry, bounded by the policy.
             match policy.backoff(retries, started.elapsed()) {
-                Some(_) => retries += 1,
+                Some(_) => {
+                    retries += 1;
+                    self.client.count_retry();
+                }
                 None => return Err(Error::ConnectionLoss),
             }
         }

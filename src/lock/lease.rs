@@ -21,6 +21,8 @@ pub struct Lease {
     fencing: OnceLock<i64>,
     /// The node watch is set (see `watch_node`).
     watching: AtomicBool,
+    /// A check found the hold gone and counted it (once per hold).
+    counted_lost: AtomicBool,
 }
 
 impl fmt::Debug for Lease {
@@ -80,6 +82,7 @@ impl Lease {
             acquired_at: Instant::now(),
             fencing: OnceLock::new(),
             watching: AtomicBool::new(false),
+            counted_lost: AtomicBool::new(false),
         }
     }
 
@@ -163,7 +166,7 @@ impl Lease {
     pub fn check(&self) -> Result<()> {
         self.watch_node();
         let checked = self.check_quietly();
-        if checked.is_err() {
+        if checked.is_err() && !self.counted_lost.swap(true, Ordering::Relaxed) {
             self.client.count_lease_check_failure();
         }
         checked

@@ -189,9 +189,7 @@ impl InterProcessMutex {
             };
             if !sound {
                 self.drop_dead_hold(me, &lease, deadline);
-                return Err(Error::SessionLost {
-                    session_id: lease.session_id(),
-                });
+                return Err(self.core.hold_gone(&lease));
             }
             if let Some(hold) = self.holds.lock().get_mut(&me) {
                 hold.count += 1;
@@ -218,19 +216,14 @@ impl InterProcessMutex {
                             Err(e) => return Err(e),
                         };
                         if !sound {
-                            return Err(Error::SessionLost {
-                                session_id: lease.session_id(),
-                            });
+                            return Err(self.core.hold_gone(&lease));
                         }
                         let seq =
                             sequence_of(paths::node_name(lease.node_path())).ok_or_else(|| {
                                 Error::IllegalState("a write node without a sequence".into())
                             })?;
-                        self.core.grant(
-                            &format!("{READ_NAME}{seq:010}-"),
-                            lease.session_id(),
-                            deadline,
-                        )?
+                        self.core
+                            .grant(&format!("{READ_NAME}{seq:010}-"), &lease, deadline)?
                     }
                     None => self
                         .core
@@ -363,8 +356,9 @@ impl<'a> InterProcessMutexGuard<'a> {
     /// is released.
     ///
     /// # Errors
-    /// `IllegalState` for a guard that is not a write guard; `SessionLost` if the write hold is
-    /// no longer sound (the write guard is released either way).
+    /// `IllegalState` for a guard that is not a write guard; `SessionLost` if the write hold's
+    /// session is lost, `NotHeld` if its node was deleted while the session lives (checked
+    /// before and again after the read node is made; the write guard is released either way).
     pub fn downgrade(self) -> Result<InterProcessMutexGuard<'a>> {
         let mutex: &'a InterProcessMutex = self.mutex;
         let Role::Writer { reader } = &mutex.role else {

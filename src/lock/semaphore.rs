@@ -123,6 +123,13 @@ impl InterProcessSemaphoreV2 {
 
     fn take(&self, deadline: Option<Instant>, wait: bool) -> Result<Option<SemaphoreLease>> {
         let inner = &self.inner;
+        let started = Instant::now();
+        // One acquire for the caller, on the semaphore's path: the internal mutex's and the
+        // lease's open none of their own inside it.
+        let _span = crate::trace::acquire(
+            paths::parent(&inner.leases.path).unwrap_or(&inner.leases.path),
+            inner.leases.client.session_id(),
+        );
         let internal = match (deadline, wait) {
             (_, false) => inner.lock.try_acquire()?,
             (Some(d), true) => inner.lock.try_acquire_until(d)?,
@@ -133,10 +140,14 @@ impl InterProcessSemaphoreV2 {
             return Ok(None);
         };
         // Holding the internal mutex, we are the only one waiting on the lease count.
-        let acquired =
-            inner
-                .leases
-                .acquire(LEASE_NAME, &CountLeases(inner.max_leases), deadline, wait);
+        // Its wait counted from the call: the time in line for the internal mutex included.
+        let acquired = inner.leases.acquire_since(
+            started,
+            LEASE_NAME,
+            &CountLeases(inner.max_leases),
+            deadline,
+            wait,
+        );
         // Let go of the internal mutex within the caller's deadline.
         if let Err(e) = internal.release_by(deadline) {
             warn!("releasing the internal mutex of {}: {e}", inner.leases.path);

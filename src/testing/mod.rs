@@ -29,8 +29,9 @@ pub use server::ServerTls;
 pub use server::{ServerOptions, ServerSasl, TestingServer};
 pub use silent::SilentPort;
 
-/// Why the harness could not provide a server.
+/// Why the harness could not provide a server. More reasons may come: match with a `_` arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum HarnessError {
     /// ZooKeeper or Java is not installed where expected; the message says how to install it.
     ZooKeeperMissing(String),

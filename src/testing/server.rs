@@ -49,13 +49,24 @@ pub struct ServerOptions {
 
 /// A server's SASL: DIGEST-MD5 users in a JAAS file the harness writes
 /// (`DigestLoginModule`, `SASLAuthenticationProvider`).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ServerSasl {
     /// Users and their passwords.
     pub users: Vec<(String, String)>,
     /// Every client must authenticate with SASL (`enforce.auth.enabled` with the `sasl`
     /// scheme): a session without it is closed at its first request.
     pub required: bool,
+}
+
+/// Names the users, never their passwords.
+impl std::fmt::Debug for ServerSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let users: Vec<&str> = self.users.iter().map(|(user, _)| user.as_str()).collect();
+        f.debug_struct("ServerSasl")
+            .field("users", &users)
+            .field("required", &self.required)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A server's TLS (feature `tls`): ZooKeeper's PEM key and trust stores

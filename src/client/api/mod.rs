@@ -51,22 +51,28 @@ pub struct ClientMetrics {
     pub watch_events: u64,
     /// Connections established (handshakes completed), the first one included.
     pub connections: u64,
-    /// Sessions established (CONNECTED or CONNECTED_READ_ONLY with a new session), the first
-    /// one included.
+    /// Sessions established (CONNECTED or CONNECTED_READ_ONLY with a session id not seen
+    /// just before), the first one included. A read-only server's session given up for a
+    /// read-write server's counts as a new one, with no loss.
     pub sessions: u64,
-    /// Times the same session came back after a suspension (RECONNECTED).
+    /// Times the same session came back after a suspension (RECONNECTED, or
+    /// CONNECTED_READ_ONLY with the session it had).
     pub reconnects: u64,
     /// Times the connection broke or went silent (SUSPENDED).
     pub suspensions: u64,
     /// Sessions lost (LOST): expired by the server or declared gone by the client.
     pub session_losses: u64,
-    /// Operations retried after a connection loss.
+    /// Requests sent again after a connection loss by this client's calls and recipes: each
+    /// attempt after the first of a retried read or idempotent write, and each new create of
+    /// a lock node after one whose answer was lost (the janitor's clean-up is not counted).
     pub retries: u64,
     /// Watch events that found their watcher's bounded channel full and waited in the
-    /// client's backlog (a watcher that does not keep up).
+    /// client's backlog (a watcher that does not keep up), the client's own `SessionLost`
+    /// endings of watches included (which `watch_events` does not count).
     pub watch_backlogs: u64,
-    /// Lease checks (`check()`, and the two of every `run()`) that found a hold no longer
-    /// vouched for.
+    /// Holds whose lease was found no longer vouched for by a check (`check()`, `run()`,
+    /// `has_leadership()` and the recipes' own checks); each hold is counted once, however
+    /// often it is checked after.
     pub lease_check_failures: u64,
 }
 
@@ -157,6 +163,14 @@ impl Client {
 
     pub(crate) fn core(&self) -> &Core {
         &self.core
+    }
+
+    /// Counts a request about to be sent again after a connection loss (not for the
+    /// client's own background handles, like `requests`).
+    pub(crate) fn count_retry(&self) {
+        if self.owner.is_some() {
+            crate::client::session::Counters::count(&self.core.counters.retries);
+        }
     }
 
     /// Counts a lease check that found its hold no longer vouched for.
@@ -365,7 +379,6 @@ impl Client {
                         _ => return Err(Error::ConnectionLoss),
                     };
                     retries += 1;
-                    crate::client::session::Counters::count(&self.core.counters.retries);
                     warn!("connection loss at {path}; retry {retries}");
                     // The backoff, never past the caller's deadline; closing ends it.
                     let mut wait = crate::retry::jitter(backoff);
@@ -375,6 +388,7 @@ impl Client {
                     if self.core.pause(wait) {
                         return Err(Error::Closed);
                     }
+                    self.count_retry();
                 }
                 other => return other,
             }
@@ -411,24 +425,24 @@ impl Client {
 
     /// Adds credentials to the live client (as Java's `addAuthInfo`): sent on the current
     /// connection at once, and replayed on every new one. Waits for the server's answer, at
-    /// most the connection timeout (or this handle's deadline).
+    /// most the connection timeout once they are sent (or until this handle's deadline).
     ///
     /// # Errors
     /// `AuthFailed` when the server refuses them (it then drops the connection; the client
     /// comes back without them); `Timeout` when this handle's deadline passed first;
     /// otherwise `ConnectionLoss` when no connection is open, it broke before the answer, or
-    /// no answer came within the connection timeout (nothing is kept: call again once
-    /// connected).
+    /// no answer came within the connection timeout. After `Timeout` or `ConnectionLoss` the
+    /// credentials may or may not be in force, like any request whose answer was lost: call
+    /// again once connected (the client keeps each credential once, however often it is
+    /// added).
     pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
         let now = Instant::now();
-        let mut until = now + self.core.config.connection_timeout;
-        if let Some(d) = self.deadline {
-            until = until.min(d);
-        }
-        match self
-            .core
-            .add_auth(scheme, credentials, until, self.deadline)
-        {
+        match self.core.add_auth(
+            scheme,
+            credentials,
+            self.core.config.connection_timeout,
+            self.deadline,
+        ) {
             Err(Error::ConnectionLoss) => {
                 Err(self
                     .past_deadline(now, &format!("the server's answer to {scheme} credentials")))

@@ -165,9 +165,12 @@ impl Core {
                 // Accepted credentials are replayed on every later connection: kept before the
                 // caller hears, so a connection that dies right after cannot lose them.
                 if header.err == 0 {
-                    self.added_auth
-                        .lock()
-                        .push((waiter.scheme, waiter.credentials));
+                    let kept = (waiter.scheme, waiter.credentials);
+                    let mut added = self.added_auth.lock();
+                    // Once each: a caller who heard nothing in time may well ask again.
+                    if !added.contains(&kept) {
+                        added.push(kept);
+                    }
                 }
                 let _ = waiter.answer.send(header.err);
             }

@@ -276,7 +276,7 @@ impl Core {
             let status = self.status.lock();
             status.session.clone().filter(|_| status.session_is_global)
         };
-        let _span = crate::trace::handshake(&host.to_string(), resume.as_ref().map(|s| s.id));
+        let span = crate::trace::handshake(host, resume.as_ref().map(|s| s.id));
         let timeout = resume
             .as_ref()
             .map_or(self.config.session_timeout, |s| s.timeout);
@@ -420,13 +420,14 @@ impl Core {
             }
         }
         let id = SessionId(answer.session_id);
+        span.session(id);
         let resumed = resume.as_ref().is_some_and(|s| s.id == id);
         if !resumed {
             self.end_watches(WatchKind::SessionLost);
         }
         let timeout = Duration::from_millis(answer.timeout_ms as u64);
         let read_timeout = timeout * 2 / 3;
-        writer.socket().set_write_timeout(Some(read_timeout))?;
+        writer.set_write_timeout(Some(read_timeout))?;
         let server = writer.peer_addr();
         let epoch = self.epochs.fetch_add(1, Ordering::SeqCst) + 1;
         let session = Session {

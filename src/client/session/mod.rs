@@ -123,6 +123,9 @@ pub(crate) struct Counters {
     pub retries: AtomicU64,
     pub watch_backlogs: AtomicU64,
     pub lease_check_failures: AtomicU64,
+    /// The session the last CONNECTED, CONNECTED_READ_ONLY or RECONNECTED was for: a read-only
+    /// server hands the same session back as CONNECTED_READ_ONLY, which is a reconnect.
+    pub last_session: AtomicI64,
 }
 
 impl Counters {
@@ -359,8 +362,17 @@ impl Core {
         }
         let c = &self.counters;
         Counters::count(match state {
-            ConnectionState::Connected | ConnectionState::ConnectedReadOnly => &c.sessions,
-            ConnectionState::Reconnected => &c.reconnects,
+            ConnectionState::Connected | ConnectionState::ConnectedReadOnly
+                if c.last_session.swap(session_id.0, Ordering::Relaxed) != session_id.0 =>
+            {
+                &c.sessions
+            }
+            ConnectionState::Connected
+            | ConnectionState::ConnectedReadOnly
+            | ConnectionState::Reconnected => {
+                c.last_session.store(session_id.0, Ordering::Relaxed);
+                &c.reconnects
+            }
             ConnectionState::Suspended => &c.suspensions,
             ConnectionState::Lost => &c.session_losses,
         });
@@ -587,14 +599,16 @@ impl Core {
     }
 
     /// Sends `scheme` credentials on the current connection and waits for the server's
-    /// answer until `until`; on success they are replayed on every later connection.
-    /// `ConnectionLoss` when no connection is open, the writers' lock stays held past
-    /// `deadline`, or no answer comes by `until`.
+    /// answer for `patience` after the packet went out (a wait for the writers' lock does not
+    /// eat into it), but never past `deadline`; on success they are replayed on every later
+    /// connection. `ConnectionLoss` when no connection is open, the writers' lock stays held
+    /// past `deadline`, or no answer comes in time (the server may still take them, and the
+    /// client then keeps them: asking again is harmless, each credential is kept once).
     pub fn add_auth(
         &self,
         scheme: &str,
         credentials: &[u8],
-        until: Instant,
+        patience: Duration,
         deadline: Option<Instant>,
     ) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -610,6 +624,10 @@ impl Core {
                 self.auth_waiters.lock().push_back(waiter)
             })
             .map_err(|_| Error::ConnectionLoss)?;
+        let mut until = Instant::now() + patience;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
         match rx.recv_deadline(until) {
             // Kept for later connections by the reader, before it answered.
             Ok(0) => Ok(()),
