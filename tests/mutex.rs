@@ -400,6 +400,35 @@ fn metrics_count_acquisitions_waits_and_holds() {
     assert_eq!(m.losses, 0);
 }
 
+/// The sends that must not wait (a hold's node watch set by its first check, the delete of a
+/// timed-out waiter's node) go out on the caller's thread as one try that does not block, and
+/// never cost the connection (reviewer's finding: over TLS each one tore it, so every check
+/// and every timed-out acquire meant a reconnect).
+#[test]
+fn sends_that_must_not_wait_keep_the_connection() {
+    let path = root("no-wait-sends");
+    let c = client();
+    let other = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.acquire().unwrap();
+    assert!(guard.is_held());
+    guard.check().unwrap();
+    drop(guard);
+    let theirs = InterProcessMutex::new(&other, &path).unwrap();
+    let held = theirs.acquire().unwrap();
+    for _ in 0..3 {
+        assert!(mutex
+            .try_acquire_for(Duration::from_millis(50))
+            .unwrap()
+            .is_none());
+    }
+    drop(held);
+    // A round trip after them all: the connection they went out on is still the first.
+    assert!(c.exists(&path).unwrap().is_some());
+    let m = c.metrics();
+    assert_eq!((m.connections, m.suspensions), (1, 0), "{m:?}");
+}
+
 /// A semaphore's wait runs from the caller's call: the time in line for its internal mutex
 /// counts (reviewer's finding: it was counted from the lease step, after the mutex).
 #[test]

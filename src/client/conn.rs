@@ -438,15 +438,18 @@ impl Outbox {
     }
 
     /// Writes a frame with a reserved xid on whatever connection is open now; `before` runs
-    /// under the writers' lock just before the write (so what it registers is in wire order).
-    /// A write that fails ends the connection: a torn frame must not be followed by others.
-    /// `TimedOut` if another writer held the lock past `deadline` (without one, the lock is
-    /// waited for as long as its writer holds it).
+    /// under the writers' lock just before the write (so what it registers is in wire order),
+    /// and `undo` if the write is given up before any of it went. A write that fails once
+    /// some of it went ends the connection: a torn frame must not be followed by others.
+    /// `TimedOut` if another writer held the lock past `deadline`, or the socket took none of
+    /// the frame by then (without a deadline, the lock is waited for as long as its writer
+    /// holds it).
     pub fn send_reserved_now(
         &self,
         frame: &[u8],
         deadline: Option<Instant>,
         before: impl FnOnce(),
+        undo: impl FnOnce(),
     ) -> io::Result<()> {
         let mut w = match deadline {
             Some(d) => self
@@ -460,10 +463,16 @@ impl Outbox {
             .as_mut()
             .ok_or(io::Error::from(io::ErrorKind::NotConnected))?;
         before();
-        if let Err(WriteFailure { error, .. }) = s.write_until(frame, deadline) {
-            // Whether or not any of it went: `before` registered it, so the connection ends.
-            s.shutdown();
-            return Err(error);
+        match s.write_until(frame, deadline) {
+            Ok(()) => {}
+            Err(WriteFailure { error, torn: false }) if error.kind() == io::ErrorKind::TimedOut => {
+                undo();
+                return Err(error);
+            }
+            Err(WriteFailure { error, .. }) => {
+                s.shutdown();
+                return Err(error);
+            }
         }
         self.sent_now();
         Ok(())

@@ -277,17 +277,18 @@ struct SendTimeouts {
     set: Option<Duration>,
 }
 
+/// The least a socket timeout can be: a write whose deadline has passed still gets one try
+/// that does not block (what fits in the socket's buffer goes).
+const ONE_TRY: Duration = Duration::from_micros(1);
+
 impl SendTimeouts {
-    /// Gives the socket the timeout for a write that must end by `deadline`; `TimedOut` once
-    /// it has passed.
-    fn arm(&mut self, sock: &TcpStream, deadline: Option<Instant>) -> io::Result<()> {
-        let want = match deadline {
+    /// Gives the socket the timeout for a write bounded by `bound` (the connection's own
+    /// timeout without one; at least `ONE_TRY`).
+    fn arm(&mut self, sock: &TcpStream, bound: Option<Instant>) -> io::Result<()> {
+        let want = match bound {
             None => self.full,
             Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(io::ErrorKind::TimedOut.into());
-                }
+                let left = d.saturating_duration_since(Instant::now()).max(ONE_TRY);
                 Some(self.full.map_or(left, |full| full.min(left)))
             }
         };
@@ -299,17 +300,49 @@ impl SendTimeouts {
     }
 }
 
-/// Writes all of `bytes` to `sock`, by `deadline` if there is one (then `TimedOut`); `torn`
-/// is set as soon as any of them went.
+/// How long a write may wait for the socket. `deadline` bounds the wait for its first byte: a
+/// write that cannot begin by then is given up whole (`TimedOut`, nothing sent). Once bytes
+/// went, a deadline the caller still had ahead when the write began bounds the rest too (then
+/// the stream is torn, and the connection must end); a deadline already passed at the start (a
+/// send that must not wait, as a watch set without waiting for its answer) does not: what it
+/// began, it finishes within the connection's own timeout, so that a momentarily full socket
+/// never costs the connection.
+#[derive(Clone, Copy)]
+struct Bounds {
+    deadline: Option<Instant>,
+    once_begun: Option<Instant>,
+}
+
+impl Bounds {
+    fn new(deadline: Option<Instant>) -> Bounds {
+        let late = deadline.is_some_and(|d| Instant::now() >= d);
+        Bounds {
+            deadline,
+            once_begun: if late { None } else { deadline },
+        }
+    }
+
+    fn now(&self, torn: bool) -> Option<Instant> {
+        if torn {
+            self.once_begun
+        } else {
+            self.deadline
+        }
+    }
+}
+
+/// Writes all of `bytes` to `sock` within `bounds` (`TimedOut` past them); `torn` is set as
+/// soon as any of them went.
 fn write_bounded(
     sock: &TcpStream,
     timeouts: &mut SendTimeouts,
     mut bytes: &[u8],
-    deadline: Option<Instant>,
+    bounds: Bounds,
     torn: &mut bool,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
-        timeouts.arm(sock, deadline)?;
+        let bound = bounds.now(*torn);
+        timeouts.arm(sock, bound)?;
         match (&*sock).write(bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
@@ -317,17 +350,19 @@ fn write_bounded(
                 bytes = bytes.get(n..).unwrap_or_default();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // The socket's timeout ran out: the caller's deadline (checked on the next round),
-            // or the connection's own, which ends it.
+            // The socket's timeout ran out: the caller's bound, or (before it) the
+            // connection's own, which ends the connection.
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                if deadline.is_none_or(|d| Instant::now() < d) {
-                    return Err(e);
-                }
+                return Err(if bound.is_some_and(|d| Instant::now() >= d) {
+                    io::ErrorKind::TimedOut.into()
+                } else {
+                    e
+                });
             }
             Err(e) => return Err(e),
         }
@@ -370,14 +405,15 @@ impl LinkWriter {
         self.write_until(bytes, None).map_err(|f| f.error)
     }
 
-    /// Writes all of `bytes`, giving up at `deadline` (`TimedOut`) if there is one.
+    /// Writes all of `bytes`, giving up at `deadline` if there is one (see `Bounds`:
+    /// `TimedOut`, and `torn` if some of it went).
     pub fn write_until(
         &mut self,
         bytes: &[u8],
         deadline: Option<Instant>,
     ) -> Result<(), WriteFailure> {
         let mut torn = false;
-        let written = self.write_tracked(bytes, deadline, &mut torn);
+        let written = self.write_tracked(bytes, Bounds::new(deadline), &mut torn);
         // The socket keeps the connection's own timeout between writes (the TLS reader's
         // alerts use it too).
         if self.timeouts.set != self.timeouts.full
@@ -388,12 +424,7 @@ impl LinkWriter {
         written.map_err(|error| WriteFailure { error, torn })
     }
 
-    fn write_tracked(
-        &mut self,
-        bytes: &[u8],
-        deadline: Option<Instant>,
-        torn: &mut bool,
-    ) -> io::Result<()> {
+    fn write_tracked(&mut self, bytes: &[u8], bounds: Bounds, torn: &mut bool) -> io::Result<()> {
         #[cfg(feature = "tls")]
         if let Some(shared) = &self.tls {
             let out = shared.out.lock();
@@ -411,14 +442,14 @@ impl LinkWriter {
                 }
                 // Plaintext the TLS state took is in its record sequence: it must go out.
                 *torn |= taken > 0;
-                write_bounded(&out, &mut self.timeouts, &records, deadline, torn)?;
+                write_bounded(&out, &mut self.timeouts, &records, bounds, torn)?;
                 rest = rest.get(taken..).unwrap_or_default();
                 if rest.is_empty() {
                     return Ok(());
                 }
             }
         }
-        write_bounded(&self.sock, &mut self.timeouts, bytes, deadline, torn)
+        write_bounded(&self.sock, &mut self.timeouts, bytes, bounds, torn)
     }
 
     /// Ends the connection both ways; the reader sees its end.

@@ -361,6 +361,12 @@ impl LockCore {
             });
         }
         match self.still_holds(on, deadline) {
+            // A suspension meanwhile may have cost the write hold (`lost_on_suspend`), and the
+            // read's own token with it: no read is built on a hold already lost.
+            Ok(true) if token.is_lost() || on.check_quietly().is_err() => {
+                self.leave(&node, deadline);
+                Err(self.hold_gone(on))
+            }
             Ok(true) => {
                 self.counters.acquired(started.elapsed());
                 Ok(Some(self.lease(node, token)))

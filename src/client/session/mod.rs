@@ -620,9 +620,13 @@ impl Core {
         // Registered under the writers' lock just before the packet goes: in wire order, and
         // before its answer can come; the reader never waits behind the write.
         self.outbox
-            .send_reserved_now(&proto::auth_request(scheme, credentials), deadline, || {
-                self.auth_waiters.lock().push_back(waiter)
-            })
+            .send_reserved_now(
+                &proto::auth_request(scheme, credentials),
+                deadline,
+                || self.auth_waiters.lock().push_back(waiter),
+                // Ours is the last: waiters are queued only under the writers' lock.
+                || drop(self.auth_waiters.lock().pop_back()),
+            )
             .map_err(|_| Error::ConnectionLoss)?;
         let mut until = Instant::now() + patience;
         if let Some(d) = deadline {
