@@ -375,8 +375,8 @@ impl Outbox {
                     torn: false,
                 }),
             };
-            if let Err(WriteFailure { error, torn }) = written {
-                if !torn && error.kind() == io::ErrorKind::TimedOut {
+            if let Err(failure) = written {
+                if failure.taken_back() {
                     // The caller's deadline came first and nothing went: ours are the last
                     // queued (we hold the writers' lock), unanswered, and taken back.
                     let mut answers = self.answers.lock();
@@ -384,12 +384,12 @@ impl Outbox {
                     answers.pending.truncate(keep);
                     return Err(Error::ConnectionLoss);
                 }
-                log::debug!("write failed: {error}; the connection is dropped");
+                log::debug!("write failed: {}; the connection is dropped", failure.error);
                 if let Some(s) = w.stream.as_ref() {
                     // The reader sees the shutdown, runs the reconnect and fails what waits.
                     s.shutdown();
                 }
-                if torn {
+                if failure.torn {
                     // Some of it went: its answers may come, or the connection's end.
                     return Ok(self.tickets(tickets, w.session, sent));
                 }
@@ -465,9 +465,9 @@ impl Outbox {
         before();
         match s.write_until(frame, deadline) {
             Ok(()) => {}
-            Err(WriteFailure { error, torn: false }) if error.kind() == io::ErrorKind::TimedOut => {
+            Err(failure) if failure.taken_back() => {
                 undo();
-                return Err(error);
+                return Err(failure.error);
             }
             Err(WriteFailure { error, .. }) => {
                 s.shutdown();

@@ -277,26 +277,51 @@ struct SendTimeouts {
     set: Option<Duration>,
 }
 
-/// The least a socket timeout can be: a write whose deadline has passed still gets one try
-/// that does not block (what fits in the socket's buffer goes).
+/// The least a socket timeout can be: a write whose deadline has passed still gets one try,
+/// which waits at most a clock tick (what fits in the socket's buffer goes).
 const ONE_TRY: Duration = Duration::from_micros(1);
+
+/// The caller's deadline ended a write before any of it went (not the connection's timeout,
+/// nor a dead connection's `ETIMEDOUT`).
+#[derive(Debug)]
+struct GaveUp;
+
+impl std::fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the caller's deadline passed before the socket took the write")
+    }
+}
+
+impl std::error::Error for GaveUp {}
 
 impl SendTimeouts {
     /// Gives the socket the timeout for a write bounded by `bound` (the connection's own
-    /// timeout without one; at least `ONE_TRY`).
-    fn arm(&mut self, sock: &TcpStream, bound: Option<Instant>) -> io::Result<()> {
-        let want = match bound {
-            None => self.full,
+    /// timeout without one; at least `ONE_TRY`). True if the bound set it (it is shorter than
+    /// the connection's own): then a timeout that runs out is the caller's, however early the
+    /// kernel's clock tick ends it.
+    fn arm(&mut self, sock: &TcpStream, bound: Option<Instant>) -> io::Result<bool> {
+        let (want, bounded) = match bound {
+            None => (self.full, false),
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now()).max(ONE_TRY);
-                Some(self.full.map_or(left, |full| full.min(left)))
+                match self.full {
+                    Some(full) if full <= left => (Some(full), false),
+                    _ => (Some(left), true),
+                }
             }
         };
         if want != self.set {
             sock.set_write_timeout(want)?;
             self.set = want;
         }
-        Ok(())
+        Ok(bounded)
+    }
+
+    /// Gives the socket back the connection's own timeout.
+    fn settle(&mut self, sock: &TcpStream) {
+        if self.set != self.full && sock.set_write_timeout(self.full).is_ok() {
+            self.set = self.full;
+        }
     }
 }
 
@@ -342,7 +367,7 @@ fn write_bounded(
 ) -> io::Result<()> {
     while !bytes.is_empty() {
         let bound = bounds.now(*torn);
-        timeouts.arm(sock, bound)?;
+        let bounded = timeouts.arm(sock, bound)?;
         match (&*sock).write(bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
@@ -350,24 +375,49 @@ fn write_bounded(
                 bytes = bytes.get(n..).unwrap_or_default();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // The socket's timeout ran out: the caller's bound, or (before it) the
-            // connection's own, which ends the connection.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(if bound.is_some_and(|d| Instant::now() >= d) {
-                    io::ErrorKind::TimedOut.into()
-                } else {
-                    e
-                });
+            // The caller's bound ran out (or the kernel's tick ended it a little early: then
+            // the rest of it, in the next round).
+            Err(e) if bounded && e.kind() == io::ErrorKind::WouldBlock => {
+                if bound.is_some_and(|d| Instant::now() >= d) {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, GaveUp));
+                }
             }
+            // The connection's own timeout, or a dead connection: it ends.
             Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// Encrypts `bytes` and writes the records to `out`, a bounded amount of plaintext at a time
+/// (what the TLS state took goes out before the next piece: a request may be a megabyte).
+#[cfg(feature = "tls")]
+fn tls_write(
+    shared: &Shared,
+    out: &TcpStream,
+    timeouts: &mut SendTimeouts,
+    bytes: &[u8],
+    bounds: Bounds,
+    torn: &mut bool,
+) -> io::Result<()> {
+    let mut rest = bytes;
+    loop {
+        let (taken, records) = {
+            let mut conn = shared.conn.lock();
+            let taken = conn.writer().write(rest)?;
+            (taken, pending_records(&mut conn)?)
+        };
+        if taken == 0 && records.is_empty() {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        // Plaintext the TLS state took is in its record sequence: it must go out.
+        *torn |= taken > 0;
+        write_bounded(out, timeouts, &records, bounds, torn)?;
+        rest = rest.get(taken..).unwrap_or_default();
+        if rest.is_empty() {
+            return Ok(());
+        }
+    }
 }
 
 /// A write that failed: why, and whether the stream is torn (some of it went, or for TLS the
@@ -375,6 +425,18 @@ fn write_bounded(
 pub(crate) struct WriteFailure {
     pub error: io::Error,
     pub torn: bool,
+}
+
+impl WriteFailure {
+    /// Nothing went, and only because the caller's deadline came: the write can be taken back
+    /// and the connection kept.
+    pub fn taken_back(&self) -> bool {
+        !self.torn
+            && self
+                .error
+                .get_ref()
+                .is_some_and(|e| e.downcast_ref::<GaveUp>().is_some())
+    }
 }
 
 impl LinkWriter {
@@ -413,43 +475,23 @@ impl LinkWriter {
         deadline: Option<Instant>,
     ) -> Result<(), WriteFailure> {
         let mut torn = false;
-        let written = self.write_tracked(bytes, Bounds::new(deadline), &mut torn);
-        // The socket keeps the connection's own timeout between writes (the TLS reader's
-        // alerts use it too).
-        if self.timeouts.set != self.timeouts.full
-            && self.sock.set_write_timeout(self.timeouts.full).is_ok()
-        {
-            self.timeouts.set = self.timeouts.full;
-        }
-        written.map_err(|error| WriteFailure { error, torn })
+        self.write_tracked(bytes, Bounds::new(deadline), &mut torn)
+            .map_err(|error| WriteFailure { error, torn })
     }
 
+    /// Writes, then gives the socket back the connection's own timeout while no one else
+    /// can write on it (the TLS reader sends its alerts under the same lock).
     fn write_tracked(&mut self, bytes: &[u8], bounds: Bounds, torn: &mut bool) -> io::Result<()> {
         #[cfg(feature = "tls")]
         if let Some(shared) = &self.tls {
             let out = shared.out.lock();
-            // The TLS state takes a bounded amount of plaintext at a time: what it took goes
-            // out encrypted before the next piece (a request may be a megabyte).
-            let mut rest = bytes;
-            loop {
-                let (taken, records) = {
-                    let mut conn = shared.conn.lock();
-                    let taken = conn.writer().write(rest)?;
-                    (taken, pending_records(&mut conn)?)
-                };
-                if taken == 0 && records.is_empty() {
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                // Plaintext the TLS state took is in its record sequence: it must go out.
-                *torn |= taken > 0;
-                write_bounded(&out, &mut self.timeouts, &records, bounds, torn)?;
-                rest = rest.get(taken..).unwrap_or_default();
-                if rest.is_empty() {
-                    return Ok(());
-                }
-            }
+            let written = tls_write(shared, &out, &mut self.timeouts, bytes, bounds, torn);
+            self.timeouts.settle(&out);
+            return written;
         }
-        write_bounded(&self.sock, &mut self.timeouts, bytes, bounds, torn)
+        let written = write_bounded(&self.sock, &mut self.timeouts, bytes, bounds, torn);
+        self.timeouts.settle(&self.sock);
+        written
     }
 
     /// Ends the connection both ways; the reader sees its end.
@@ -499,4 +541,55 @@ pub(crate) fn serves_read_write(
         }
     }
     Ok(&answer[..got] == b"rw")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A write bounded by its caller's deadline that finds the socket full is given up whole,
+    /// as the caller's, however the kernel's clock tick rounds the socket's timeout: never
+    /// mistaken for the connection's own timeout, which would end the connection (third
+    /// review: a tick that ended the wait a little early did). A loopback pair whose far end
+    /// never reads stands in for a server that stopped reading; no protocol is spoken.
+    #[test]
+    fn a_deadline_on_a_full_socket_is_the_callers_and_nothing_goes() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = Arc::new(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+        let (_far_end, _) = listener.accept().unwrap();
+        // Filled without blocking, to the last byte the socket takes now.
+        let fill = |sock: &TcpStream| {
+            sock.set_nonblocking(true).unwrap();
+            for size in [64 * 1024, 1024, 1] {
+                let chunk = vec![0u8; size];
+                while (&*sock).write(&chunk).is_ok() {}
+            }
+            sock.set_nonblocking(false).unwrap();
+        };
+        let mut writer = LinkWriter::new(
+            sock,
+            #[cfg(feature = "tls")]
+            None,
+        );
+        writer
+            .set_write_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut given_up = 0;
+        // Deadlines a quarter of a millisecond apart: every phase of the kernel's tick.
+        for quarters in 1..=40u64 {
+            fill(writer.socket());
+            let deadline = Instant::now() + Duration::from_micros(quarters * 250);
+            if let Err(f) = writer.write_until(b"a frame", Some(deadline)) {
+                assert!(f.taken_back(), "{quarters}: {} (torn: {})", f.error, f.torn);
+                given_up += 1;
+            }
+        }
+        assert!(given_up > 0, "the socket was never full");
+        // The connection's own timeout is back on the socket.
+        assert_eq!(
+            writer.socket().write_timeout().unwrap(),
+            Some(Duration::from_secs(60))
+        );
+    }
 }
