@@ -314,6 +314,29 @@ fn a_lost_write_hold_gives_no_read_while_another_client_writes() {
     assert!(their_write.check().is_ok());
 }
 
+/// Another client's writer, queued behind ours: takes the write lock, says so (`entered`),
+/// waits for our word, then tells whether it still holds and what else the line holds.
+fn their_writer(
+    theirs: &InterProcessReadWriteLock,
+    other: &Client,
+    path: &str,
+    entered: impl FnOnce(),
+    go: mpsc::Receiver<()>,
+) -> (bool, Vec<String>) {
+    let guard = theirs
+        .write_lock()
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("never freed");
+    entered();
+    go.recv().unwrap();
+    let others: Vec<String> = children(other, path)
+        .into_iter()
+        .filter(|n| !guard.node_path().ends_with(n.as_str()))
+        .collect();
+    (guard.check().is_ok(), others)
+}
+
 /// A downgrade's read node is made on the write hold's session or not at all. Here the
 /// session is lost between the downgrade's check of the write hold and the read node's create
 /// (expired, and the client on a new session): another client's writer, queued behind the
@@ -347,20 +370,8 @@ fn a_downgrade_whose_session_is_lost_before_its_read_node_is_made_gives_no_read(
         // Dropped with this closure, also when an assertion fails: their writer stops waiting.
         let go_tx = go_tx;
         let (theirs, other) = (&theirs, &other);
-        let their_write = s.spawn(move || {
-            let guard = theirs
-                .write_lock()
-                .try_acquire_for(SOON)
-                .unwrap()
-                .expect("never freed");
-            in_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            let others: Vec<String> = children(other, path)
-                .into_iter()
-                .filter(|n| !guard.node_path().ends_with(n.as_str()))
-                .collect();
-            (guard.check().is_ok(), others)
-        });
+        let their_write =
+            s.spawn(move || their_writer(theirs, other, path, || in_tx.send(()).unwrap(), go_rx));
         wait_for(SOON, || (children(other, path).len() == 2).then_some(()))
             .expect("their writer queues");
         armed.store(true, Ordering::SeqCst);
@@ -418,18 +429,13 @@ fn a_downgrade_whose_write_node_is_deleted_before_its_read_node_is_made_gives_no
         let go_tx = go_tx;
         let (theirs, other, path, their_in) = (&theirs, &other, &path, &their_in);
         let their_write = s.spawn(move || {
-            let guard = theirs
-                .write_lock()
-                .try_acquire_for(SOON)
-                .unwrap()
-                .expect("never freed");
-            their_in.store(true, Ordering::SeqCst);
-            go_rx.recv().unwrap();
-            let others: Vec<String> = children(other, path)
-                .into_iter()
-                .filter(|n| !guard.node_path().ends_with(n.as_str()))
-                .collect();
-            (guard.check().is_ok(), others)
+            their_writer(
+                theirs,
+                other,
+                path,
+                || their_in.store(true, Ordering::SeqCst),
+                go_rx,
+            )
         });
         wait_for(SOON, || (children(other, path).len() == 2).then_some(()))
             .expect("their writer queues");

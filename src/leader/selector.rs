@@ -247,9 +247,14 @@ impl Inner {
         let states = self.core.client.subscribe();
         let mut failures = 0;
         loop {
-            let acquired =
-                self.core
-                    .acquire_until_cancelled(LOCK_NAME, &MaxLeases(1), None, true, stop);
+            let acquired = self.core.acquire_until_cancelled(
+                Instant::now(),
+                LOCK_NAME,
+                &MaxLeases(1),
+                None,
+                true,
+                stop,
+            );
             let lease = match acquired {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return, // stopped while waiting

@@ -231,37 +231,13 @@ impl LockCore {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<Lease>> {
-        self.acquire_since(Instant::now(), lock_name, rule, deadline, wait)
-    }
-
-    /// [`acquire`](Self::acquire) for a recipe that began the caller's acquire earlier
-    /// (`since`), which the wait time it counts starts from.
-    pub fn acquire_since(
-        &self,
-        since: Instant,
-        lock_name: &str,
-        rule: &dyn Rule,
-        deadline: Option<Instant>,
-        wait: bool,
-    ) -> Result<Option<Lease>> {
-        self.contend(since, lock_name, rule, deadline, wait, &never())
+        self.acquire_until_cancelled(Instant::now(), lock_name, rule, deadline, wait, &never())
     }
 
     /// [`acquire`](Self::acquire) that also gives up (with `Ok(None)`) as soon as `cancel`
-    /// fires or closes.
+    /// fires or closes; the wait time counted runs from `since` (a recipe that began the
+    /// caller's acquire earlier passes when). The wait loop behind every acquire.
     pub fn acquire_until_cancelled(
-        &self,
-        lock_name: &str,
-        rule: &dyn Rule,
-        deadline: Option<Instant>,
-        wait: bool,
-        cancel: &Receiver<()>,
-    ) -> Result<Option<Lease>> {
-        self.contend(Instant::now(), lock_name, rule, deadline, wait, cancel)
-    }
-
-    /// The wait loop behind every acquire; the wait time counted runs from `since`.
-    fn contend(
         &self,
         since: Instant,
         lock_name: &str,

@@ -141,12 +141,13 @@ impl InterProcessSemaphoreV2 {
         };
         // Holding the internal mutex, we are the only one waiting on the lease count.
         // Its wait counted from the call: the time in line for the internal mutex included.
-        let acquired = inner.leases.acquire_since(
+        let acquired = inner.leases.acquire_until_cancelled(
             started,
             LEASE_NAME,
             &CountLeases(inner.max_leases),
             deadline,
             wait,
+            &crossbeam_channel::never(),
         );
         // Let go of the internal mutex within the caller's deadline.
         if let Err(e) = internal.release_by(deadline) {
