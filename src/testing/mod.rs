@@ -27,6 +27,8 @@ pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
 pub use server::{ServerOptions, ServerSasl, TestingServer};
+#[cfg(test)]
+pub(crate) use silent::unread_pair;
 pub use silent::SilentPort;
 
 /// Why the harness could not provide a server. More reasons may come: match with a `_` arm.

@@ -35,3 +35,14 @@ impl SilentPort {
         self.addr
     }
 }
+
+/// A connected loopback pair whose far end never reads (the second stream, to be kept open):
+/// writes to the first fill the sockets' buffers and then block, as to a server that stopped
+/// reading. For the client's own unit tests of its write bounds; no protocol is spoken.
+#[cfg(test)]
+pub(crate) fn unread_pair() -> std::io::Result<(TcpStream, TcpStream)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let near = TcpStream::connect(listener.local_addr()?)?;
+    let (far, _) = listener.accept()?;
+    Ok((near, far))
+}
