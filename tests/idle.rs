@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
@@ -34,8 +35,12 @@ fn wakeups() -> HashMap<String, (String, u64)> {
     out
 }
 
+/// The tests that count wake-ups run one at a time: each would count the other's.
+static ALONE: Mutex<()> = Mutex::new(());
+
 #[test]
 fn idle_library_threads_do_not_wake_up() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let s = server();
     // A 30 s session pings every 6.7 s: a 2 s window sees at most one ping per client.
     let client = connect(&s.connect_string(), Duration::from_secs(30));
@@ -80,6 +85,111 @@ fn idle_library_threads_do_not_wake_up() {
     assert!(before.len() >= 5, "threads seen: {before:?}");
     assert!(busy.is_empty(), "threads woke while idle: {busy:?}");
     assert!(waiter.join().unwrap().unwrap().is_none());
+}
+
+/// The ids of the `zk-io` threads alive now.
+fn io_threads() -> Vec<String> {
+    let mut tids: Vec<String> = wakeups()
+        .into_iter()
+        .filter(|(_, (name, _))| name == "zk-io")
+        .map(|(tid, _)| tid)
+        .collect();
+    tids.sort();
+    tids
+}
+
+/// A waiter's wake-up (the notification that its predecessor is gone) is read by the waiting
+/// thread itself: the client's I/O thread is not woken to read it and hand it over. That hop
+/// woke a second thread on every contended handoff, the gap to a client with no background
+/// thread (issue 22).
+#[test]
+fn a_waiting_thread_reads_its_own_wake_up() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server();
+    // A 60 s session pings every 13 s: the handoffs below take far less.
+    let holder = connect(&s.connect_string(), Duration::from_secs(60));
+    let others = io_threads();
+    let waiter = connect(&s.connect_string(), Duration::from_secs(60));
+    let io: Vec<String> = io_threads()
+        .into_iter()
+        .filter(|t| !others.contains(t))
+        .collect();
+    assert_eq!(io.len(), 1, "the waiter's I/O thread: {io:?}");
+    let io_wakeups = || wakeups().get(&io[0]).map_or(0, |(_, n)| *n);
+    let path = root("own-wake-up");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    let waiting = InterProcessMutex::new(&waiter, &path).unwrap();
+    const HANDOFFS: u64 = 10;
+    let mut woke = 0;
+    for _ in 0..HANDOFFS {
+        let guard = held.acquire().unwrap();
+        std::thread::scope(|scope| {
+            let acquired = scope.spawn(|| waiting.acquire().map(drop));
+            wait_for(SOON, || {
+                (holder.children(&path).ok()?.len() == 2).then_some(())
+            })
+            .expect("the waiter never queued");
+            let before = io_wakeups();
+            drop(guard);
+            acquired.join().unwrap().unwrap();
+            woke += io_wakeups() - before;
+        });
+    }
+    // Through the I/O thread each handoff wakes it at least once.
+    assert!(
+        woke <= 2,
+        "the waiter's I/O thread woke {woke} times over {HANDOFFS} handoffs"
+    );
+}
+
+/// Voluntary context switches of the calling thread.
+fn own_wakeups() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// A waiter that reads its client's connection gives the turn to the first other thread of
+/// the client that needs it, and is not woken again by that thread's traffic: the other
+/// thread reads its own answers (a reviewer's finding: each of them went through the waiter,
+/// a thread hop per call and a wake-up of the waiter for every answer).
+#[test]
+fn a_waiting_thread_is_not_woken_by_its_clients_other_calls() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server();
+    let holder = connect(&s.connect_string(), Duration::from_secs(60));
+    let client = connect(&s.connect_string(), Duration::from_secs(60));
+    let path = root("waiter-and-calls");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    let guard = held.acquire().unwrap();
+    let waiting = InterProcessMutex::new(&client, &path).unwrap();
+    std::thread::scope(|scope| {
+        // A new thread: its count of wake-ups starts at its birth. It reports its own count
+        // when its acquire returns: what woke it while it waited.
+        let waiter = scope.spawn(|| {
+            let acquired = waiting.acquire().map(drop);
+            (acquired, own_wakeups())
+        });
+        wait_for(SOON, || {
+            (holder.children(&path).ok()?.len() == 2).then_some(())
+        })
+        .expect("the waiter never queued");
+        const CALLS: u64 = 200;
+        for _ in 0..CALLS {
+            client.exists("/").unwrap();
+        }
+        drop(guard);
+        let (acquired, woke) = waiter.join().unwrap();
+        acquired.unwrap();
+        // Its own requests and its wake-up cost a handful.
+        assert!(
+            woke < CALLS / 4,
+            "the waiter woke {woke} times while its client made {CALLS} calls"
+        );
+    });
 }
 
 /// The last client xid the server saw on the connection of session `id` (`cons`); pings carry

@@ -283,10 +283,18 @@ impl Outbox {
         self.write(&mut w, frames, deadline)
     }
 
-    /// What the reader thread sends (the lease heartbeat): `Ok(None)` at once if a writer
-    /// holds the connection, so the reader never waits behind a write (which may itself wait
-    /// for the reader to drain the server's answers).
-    pub fn try_send(&self, frames: Vec<Outgoing>) -> Result<Option<Vec<Ticket>>> {
+    /// What a reader sends (the lease heartbeat; a waiter's listing as its watch fires):
+    /// `Ok(None)` at once if a writer holds the connection, so the reader never waits behind a
+    /// write (which may itself wait for the reader to drain the server's answers). `deadline`
+    /// bounds the wait for socket space as in [`send`](Self::send): with `Instant::now()` a
+    /// write that cannot begin at once is taken back (`ConnectionLoss`); one that began is
+    /// finished within the connection's own write timeout (a small frame that fits only in
+    /// part, which a socket's last free bytes allow, rarely).
+    pub fn try_send(
+        &self,
+        frames: Vec<Outgoing>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Ticket>>> {
         let Some(mut w) = self.wire.try_lock_for(TRY_FOR) else {
             return Ok(None);
         };
@@ -296,7 +304,7 @@ impl Outbox {
         if w.stream.is_none() {
             return Err(Error::ConnectionLoss);
         }
-        self.write(&mut w, frames, None).map(Some)
+        self.write(&mut w, frames, deadline).map(Some)
     }
 
     /// Writes `frames` under the writers' lock, by `deadline` if there is one. A write that
@@ -621,6 +629,7 @@ pub(crate) fn timed_out(e: &io::Error) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::io::Write;
 
     /// A reader that hands out its bytes in the given chunk sizes, then reports a timeout.
     struct Chunks(Vec<u8>, Vec<usize>);
@@ -670,6 +679,46 @@ mod tests {
             let e = FrameReader::new().read_frame(&mut src, None).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         }
+    }
+
+    /// What a reader sends with a passed deadline (a waiter's listing as its watch fires)
+    /// never waits for socket space: on a full socket it is taken back at once and the
+    /// connection stays (reviewer's finding: with no deadline, the waiter that read its own
+    /// notification blocked in this write for the connection's write timeout, holding every
+    /// answer up and missing its own deadline).
+    #[test]
+    fn a_readers_send_with_a_passed_deadline_does_not_wait_for_socket_space() {
+        let (near, _far_end) = crate::testing::unread_pair().unwrap();
+        let sock = std::sync::Arc::new(near);
+        sock.set_nonblocking(true).unwrap();
+        for size in [64 * 1024, 1024, 1] {
+            let chunk = vec![0u8; size];
+            while (&*sock).write(&chunk).is_ok() {}
+        }
+        sock.set_nonblocking(false).unwrap();
+        let (_, mut stream) = crate::client::link::plain(sock);
+        // The connection's own timeout: what a send with no deadline would wait.
+        stream
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let outbox = Outbox::new();
+        assert!(outbox.open(stream, SessionId(1), 1));
+        let listing = crate::client::request::Req::GetChildren {
+            path: "/line".into(),
+            watch: None,
+        };
+        let started = Instant::now();
+        let sent = outbox.try_send(vec![listing.outgoing()], Some(started));
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "waited {took:?}");
+        assert!(
+            matches!(sent, Err(Error::ConnectionLoss)),
+            "{:?}",
+            sent.as_ref().map(|t| t.as_ref().map(Vec::len))
+        );
+        // Taken back: nothing waits for an answer, and the connection is still open.
+        assert!(outbox.answers.lock().pending.is_empty());
+        assert!(outbox.wire.lock().stream.is_some());
     }
 
     proptest! {

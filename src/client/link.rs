@@ -169,6 +169,23 @@ fn pending_records(conn: &mut rustls::ClientConnection) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Both sides of a plain connection over `sock`, for unit tests of the readers and writers.
+#[cfg(test)]
+pub(crate) fn plain(sock: Socket) -> (LinkReader, LinkWriter) {
+    (
+        LinkReader {
+            sock: sock.clone(),
+            #[cfg(feature = "tls")]
+            tls: None,
+        },
+        LinkWriter::new(
+            sock,
+            #[cfg(feature = "tls")]
+            None,
+        ),
+    )
+}
+
 /// The read side, owned by the I/O thread.
 pub(crate) struct LinkReader {
     sock: Socket,

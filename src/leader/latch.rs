@@ -366,7 +366,10 @@ impl Inner {
                     None if lapsed => Some(Instant::now() + client.session_timeout() / 20),
                     None => None,
                 };
-                match self.core.wait(&wake_rx, states, token, deadline, stop) {
+                match self
+                    .core
+                    .wait(&wake_rx, states, token, deadline, Some(stop))
+                {
                     Ok(Woke::Cancelled) => return true,
                     // A suspension read late (after we claimed again on the next connection)
                     // ends nothing: only a lease that no longer leads is dropped.

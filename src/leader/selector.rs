@@ -253,7 +253,7 @@ impl Inner {
                 &MaxLeases(1),
                 None,
                 true,
-                stop,
+                Some(stop),
             );
             let lease = match acquired {
                 Ok(Some(lease)) => lease,

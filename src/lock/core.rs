@@ -231,11 +231,11 @@ impl LockCore {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<Lease>> {
-        self.acquire_until_cancelled(Instant::now(), lock_name, rule, deadline, wait, &never())
+        self.acquire_until_cancelled(Instant::now(), lock_name, rule, deadline, wait, None)
     }
 
     /// [`acquire`](Self::acquire) that also gives up (with `Ok(None)`) as soon as `cancel`
-    /// fires or closes; the wait time counted runs from `since` (a recipe that began the
+    /// (if any) fires or closes; the wait time counted runs from `since` (a recipe that began the
     /// caller's acquire earlier passes when). The wait loop behind every acquire.
     pub fn acquire_until_cancelled(
         &self,
@@ -244,7 +244,7 @@ impl LockCore {
         rule: &dyn Rule,
         deadline: Option<Instant>,
         wait: bool,
-        cancel: &Receiver<()>,
+        cancel: Option<&Receiver<()>>,
     ) -> Result<Option<Lease>> {
         let _span = crate::trace::acquire(&self.path, self.client.session_id());
         let started = Instant::now();
@@ -661,7 +661,7 @@ impl LockCore {
         wait: bool,
         states: &Subscription,
         token: &SessionToken,
-        cancel: &Receiver<()>,
+        cancel: Option<&Receiver<()>>,
         (wake_tx, wake_rx): (Sender<WatchEvent>, Receiver<WatchEvent>),
     ) -> Result<bool> {
         let mut watches = WatchGuard::new(&self.client, &wake_tx);
@@ -759,22 +759,39 @@ impl LockCore {
     }
 
     /// The one wait every recipe uses: until a watch fires into `wake`, the session changes,
-    /// the deadline passes or `cancel` fires (or closes). The rules for a lost session live
-    /// here: only the end of the session `token` belongs to counts (the subscription may
-    /// still hold the end of an older one).
+    /// the deadline passes or `cancel` (if any) fires (or closes). The rules for a lost
+    /// session live here: only the end of the session `token` belongs to counts (the
+    /// subscription may still hold the end of an older one).
+    ///
+    /// A wait nobody can cancel reads the connection itself while no one else does (and
+    /// until another thread of the client asks for the turn): the notification that ends it
+    /// then wakes this thread only, not the I/O thread first (one thread hop less per
+    /// handoff). Nothing it waits for can come while it reads without ending the read: a
+    /// watch fires from a frame it reads; a state change comes with the connection's end (the
+    /// socket is shut before the change is published) or before a new connection can be read
+    /// (published during the handshake, before the connection is installed); the deadline
+    /// bounds the read. A cancel channel could fire unseen, so a cancellable wait leaves the
+    /// reading to others.
     pub fn wait(
         &self,
         wake: &Receiver<WatchEvent>,
         states: &Subscription,
         token: &SessionToken,
         deadline: Option<Instant>,
-        cancel: &Receiver<()>,
+        cancel: Option<&Receiver<()>>,
     ) -> Result<Woke> {
         let timer = match deadline {
             Some(d) => after(d.saturating_duration_since(Instant::now())),
             None => never(),
         };
+        let uncancellable = never();
+        let cancel_rx = cancel.unwrap_or(&uncancellable);
         loop {
+            if cancel.is_none() {
+                let states = states.receiver();
+                self.client
+                    .read_until(|| !wake.is_empty() || !states.is_empty(), deadline);
+            }
             select! {
                 recv(wake) -> e => return Ok(e.map_or(Woke::Recheck, Woke::Event)),
                 recv(states.receiver()) -> e => {
@@ -798,7 +815,7 @@ impl LockCore {
                     }
                 },
                 recv(timer) -> _ => return Ok(Woke::Deadline),
-                recv(cancel) -> _ => return Ok(Woke::Cancelled),
+                recv(cancel_rx) -> _ => return Ok(Woke::Cancelled),
             }
         }
     }

@@ -147,7 +147,7 @@ impl InterProcessSemaphoreV2 {
             &CountLeases(inner.max_leases),
             deadline,
             wait,
-            &crossbeam_channel::never(),
+            None,
         );
         // Let go of the internal mutex within the caller's deadline.
         if let Err(e) = internal.release_by(deadline) {

@@ -222,6 +222,12 @@ impl Client {
         }));
     }
 
+    /// Reads the connection on this thread while no one else does, until `done` (checked
+    /// before each frame) or `until`; see `Core::read_until`.
+    pub(crate) fn read_until(&self, done: impl Fn() -> bool, until: Option<Instant>) {
+        self.core.read_until(done, until);
+    }
+
     /// Takes `tx` off the watches at `path` (a waiter that gives up).
     pub(crate) fn forget_watch(&self, path: &str, tx: &Sender<WatchEvent>) {
         self.core.forget_watch(&self.full(path), tx);

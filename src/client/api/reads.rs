@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
@@ -85,11 +86,14 @@ impl Client {
                 path: list.as_str().into(),
                 watch: None,
             };
-            // Runs on whichever thread read the notification, maybe a caller with a deadline
-            // or the I/O thread: it never waits for a connection, nor more than a moment for a
-            // writer (one stuck on a full socket holds the lock up to the write timeout).
-            // Without either, the waiter lists for itself.
-            if let Ok(Some(mut sent)) = core.outbox.try_send(vec![req.outgoing()]) {
+            // Runs on whichever thread read the notification, maybe a caller with a deadline,
+            // the waiter itself or the I/O thread: it never waits for a connection, nor more
+            // than a moment for a writer (one stuck on a full socket holds the lock up to the
+            // write timeout), nor for socket space to begin in (the reader would hold every
+            // answer up meanwhile, its own deadline too; see `Outbox::try_send` for a frame
+            // that fits only in part). Without any of them, the waiter lists for itself.
+            let now = Some(Instant::now());
+            if let Ok(Some(mut sent)) = core.outbox.try_send(vec![req.outgoing()], now) {
                 if counted {
                     core.counters.requests.fetch_add(1, Ordering::Relaxed);
                 }

@@ -338,6 +338,16 @@ impl Core {
         answer.wait(until)
     }
 
+    /// Reads the connection while no one else does, until `done` or `until`, or until a
+    /// caller needs the turn: a thread that waits for a watch reads its own notification, so
+    /// that no second thread wakes to hand it over (see `turn`). Returns at once if someone
+    /// else reads; `done` must turn true on whatever else should end the caller's wait and
+    /// is not a frame or the connection's end.
+    pub fn read_until(&self, done: impl Fn() -> bool, until: Option<Instant>) {
+        self.reading
+            .waiter_turn(done, until, |frame| self.take_frame(frame));
+    }
+
     /// Hands the event thread a request nobody waits for any more: when it is answered (or
     /// its connection dies), the janitor does `then` with the answer.
     pub fn finish_later(&self, answer: Awaited<conn::Reply>, then: Then, session: SessionId) {

@@ -12,7 +12,10 @@
 //! for a notification, a keep-alive's answer or a dead connection, and not for an answer a
 //! caller is reading. The rules, all under one short lock ([`Turn`]):
 //!
-//! - A caller takes the turn only when it is free, and disarms the registration as it does.
+//! - A caller (or a waiter) takes the turn only when it is free, and disarms the registration
+//!   as it does. A caller that finds a waiter reading asks it for the turn (again, if another
+//!   waiter took it meanwhile) and takes it once given back; one that finds the I/O thread or
+//!   another caller reading waits for its answer from them.
 //! - Whoever gives the turn back first takes every whole frame already buffered (the poller
 //!   cannot see those); a caller then re-arms the registration, so bytes that came meanwhile
 //!   wake the I/O thread.
@@ -21,6 +24,15 @@
 //! - Only the I/O thread ends a connection: what ends one in a caller's hands (a broken
 //!   stream, an answer that ends the session) is handed to it, and the caller shuts the
 //!   socket, whose end fires the registration.
+//!
+//! A thread that waits for a watch (a lock's waiter) reads too, for the same reason: the
+//! notification that ends its wait then wakes it alone, not the I/O thread first (one thread
+//! hop less per contended handoff; issue 22). It waits in `poll(2)` on the socket and an
+//! event descriptor (made when a thread of the client first waits) instead of in `read()`,
+//! because a caller that needs the turn to read its own answer must be able to ask for it:
+//! the caller sets the event, the waiter gives the turn back within a frame, and goes on
+//! waiting for its wake-up from whoever reads. So a waiter stands between its client's
+//! other threads and their answers for a frame at most, and is not woken by their traffic.
 //!
 //! Frames are taken one at a time by one reader, in the order they came, by the same code
 //! whichever thread reads: what an answer proves about the session does not depend on who
@@ -32,12 +44,13 @@
 //! client contending for a lock waits once per notification.
 
 use std::io;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use log::debug;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use self::poll::Poller;
+use self::poll::{Poller, Ready, WaiterPoller};
 
 use super::super::conn::{timed_out, FrameReader};
 use super::super::link::{LinkReader, Socket};
@@ -46,7 +59,10 @@ use super::super::link::{LinkReader, Socket};
 enum Holder {
     Free,
     Io,
+    /// A caller waiting for its answer: it gives the turn back as soon as it has it.
     Caller,
+    /// A thread waiting for a watch (a lock's waiter): it gives the turn back when asked.
+    Waiter,
 }
 
 /// Who reads, and the state of the I/O thread's registration.
@@ -62,6 +78,8 @@ struct Turn {
     /// Whole frames may sit in the buffer, read before the poller watched (the handshake
     /// reads its last answer with whatever came behind it): taken before anyone waits.
     unread: bool,
+    /// A caller asked the waiter reading to give the turn back (the waiters' poller is poked).
+    wanted: bool,
 }
 
 /// The connection's read side, with the reader of the moment.
@@ -80,13 +98,18 @@ impl Side {
         let wait = until
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        // The timeout stays unless the deadline is nearer, or more than twice as far (then a
-        // read would wake for nothing).
-        if wait < self.socket_timeout || wait > self.socket_timeout * 2 {
+        // The timeout stays unless the deadline is nearer (lowered before each read, below),
+        // or more than twice as far (then a read would wake for nothing).
+        if wait > self.socket_timeout * 2 {
             self.stream.set_read_timeout(Some(wait))?;
             self.socket_timeout = wait;
         }
-        self.frames.read_frame(&mut self.stream, Some(until))
+        let mut bounded = Bounded {
+            stream: &mut self.stream,
+            timeout: &mut self.socket_timeout,
+            until,
+        };
+        self.frames.read_frame(&mut bounded, Some(until))
     }
 
     /// Takes every whole frame already buffered.
@@ -101,11 +124,42 @@ impl Side {
     }
 }
 
+/// The stream, its read timeout lowered before each read to what is left until `until`: a
+/// frame whose first bytes came late cannot hold the reader past it for another whole
+/// timeout (a reviewer's finding). Lowered only when that saves more than a millisecond, so
+/// that a read with the timeout already right makes no extra system call.
+struct Bounded<'a> {
+    stream: &'a mut LinkReader,
+    timeout: &'a mut Duration,
+    until: Instant,
+}
+
+impl io::Read for Bounded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self
+            .until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        if left + Duration::from_millis(1) < *self.timeout {
+            self.stream.set_read_timeout(Some(left))?;
+            *self.timeout = left;
+        }
+        io::Read::read(self.stream, buf)
+    }
+}
+
 /// The turn to read the current connection.
 pub(super) struct Reading {
     /// `None` where none could be made (or off Linux): the I/O thread then reads everything.
     poller: Option<Poller>,
+    /// What a waiter reading waits on besides the socket: a caller's request for the turn.
+    /// Made when a waiter first reads; `None` where none could be made (waiters then leave
+    /// the reading to others).
+    waiters: OnceLock<Option<WaiterPoller>>,
     turn: Mutex<Turn>,
+    /// Signalled whenever a caller or a waiter gives the turn back (and when the connection
+    /// is uninstalled), for a caller that asked a waiter for it.
+    freed: Condvar,
     side: Mutex<Option<Side>>,
 }
 
@@ -116,13 +170,16 @@ impl Reading {
             .ok();
         Reading {
             poller,
+            waiters: OnceLock::new(),
             turn: Mutex::new(Turn {
                 holder: Holder::Free,
                 registered: None,
                 armed: false,
                 failed: None,
                 unread: false,
+                wanted: false,
             }),
+            freed: Condvar::new(),
             side: Mutex::new(None),
         }
     }
@@ -152,6 +209,7 @@ impl Reading {
             armed: false,
             failed: None,
             unread: true,
+            wanted: false,
         };
     }
 
@@ -167,8 +225,14 @@ impl Reading {
         turn.armed = false;
         turn.failed = None;
         turn.unread = false;
+        if std::mem::take(&mut turn.wanted) {
+            if let Some(Some(waiters)) = self.waiters.get() {
+                waiters.unpoke();
+            }
+        }
         drop(turn);
         side.take();
+        self.freed.notify_all();
     }
 
     /// The I/O thread's turn: reads what comes before `wake` (while no caller reads), each
@@ -262,7 +326,10 @@ impl Reading {
         until: Option<Instant>,
         mut take: impl FnMut(Vec<u8>) -> Result<(), String>,
     ) -> bool {
-        let Some(mut side) = self.claim() else {
+        let Some(mut side) = self
+            .claim(Holder::Caller)
+            .or_else(|| self.ask_the_waiter(until))
+        else {
             return false;
         };
         let mut failed = None;
@@ -295,8 +362,120 @@ impl Reading {
         true
     }
 
-    /// Takes the turn for a caller if it is free: the I/O thread's registration is disarmed.
-    fn claim(&self) -> Option<MutexGuard<'_, Option<Side>>> {
+    /// A waiter's turn: if no one reads (and the connection is plain TCP), reads frames (each
+    /// to `take`) until `done`, `until`, or a caller asks for the turn, and gives it back.
+    /// False if it read nothing (`done` already, or someone else reads): the waiter then
+    /// waits for its wake-up from whoever reads.
+    ///
+    /// Between frames it waits on the waiters' poller (the socket, and a caller's request),
+    /// one system call more per frame than a caller's blocking read: a waiter reads rarely
+    /// (its notification, or what came with it), and a caller that needs the turn to read its
+    /// own answer gets it within a frame instead of waking the waiter for every answer.
+    pub fn waiter_turn(
+        &self,
+        done: impl Fn() -> bool,
+        until: Option<Instant>,
+        mut take: impl FnMut(Vec<u8>) -> Result<(), String>,
+    ) -> bool {
+        let waiters = self.waiters.get_or_init(|| {
+            WaiterPoller::new()
+                .map_err(|e| debug!("no waiters' poller ({e}): waiters do not read"))
+                .ok()
+        });
+        let Some(waiters) = waiters else {
+            return false;
+        };
+        if done() {
+            return false;
+        }
+        let Some(mut side) = self.claim(Holder::Waiter) else {
+            return false;
+        };
+        // Only a plain connection is registered, and only then can the turn be claimed: the
+        // socket is there unless the connection ended meanwhile.
+        let Some(sock) = side.as_ref().and_then(|s| s.stream.plain_socket().cloned()) else {
+            self.give_back(side, None);
+            return false;
+        };
+        let mut failed = None;
+        if let Some(s) = side.as_mut() {
+            loop {
+                // Frames already buffered first: the poller cannot see them.
+                if let Err(why) = s.drain(&mut take) {
+                    failed = Some(why);
+                    break;
+                }
+                let now = Instant::now();
+                if done() || until.is_some_and(|u| now >= u) {
+                    break;
+                }
+                let bound = until.map_or(now + s.patience, |u| u.min(now + s.patience));
+                match waiters.wait(&sock, bound.saturating_duration_since(now)) {
+                    Ok(Ready::Asked) => break,
+                    Ok(Ready::Nothing) => {}
+                    Ok(Ready::Bytes) => match s.next(bound.max(now + Duration::from_millis(1))) {
+                        Ok(frame) => {
+                            if let Err(why) = take(frame) {
+                                failed = Some(why);
+                                break;
+                            }
+                        }
+                        Err(e) if timed_out(&e) => {}
+                        Err(e) => {
+                            failed = Some(e.to_string());
+                            break;
+                        }
+                    },
+                    // The waiter's own poll failing is no fault of the connection: the
+                    // turn goes back, and the waiter waits for others to read.
+                    Err(e) => {
+                        debug!("waiters' poll: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        self.give_back(side, failed);
+        true
+    }
+
+    /// The turn from a waiter that reads: asked for, and taken once it is given back (within
+    /// a frame), unless `until` comes first or someone else takes it meanwhile.
+    fn ask_the_waiter(&self, until: Option<Instant>) -> Option<MutexGuard<'_, Option<Side>>> {
+        let waiters = self.waiters.get()?.as_ref()?;
+        {
+            let mut turn = self.turn.lock();
+            if turn.holder != Holder::Waiter {
+                return None;
+            }
+            while turn.holder == Holder::Waiter {
+                // Asked again whenever the waiter reading is not asked yet: another waiter may
+                // have taken the turn between the one asked giving it back and this caller
+                // looking (a reviewer's finding: the caller then waited for it unasked, for
+                // as long as that waiter's wait).
+                if !turn.wanted {
+                    if let Err(e) = waiters.poke() {
+                        debug!("could not ask the waiter for the turn: {e}");
+                        return None;
+                    }
+                    turn.wanted = true;
+                }
+                match until {
+                    Some(u) => {
+                        if self.freed.wait_until(&mut turn, u).timed_out() {
+                            return None;
+                        }
+                    }
+                    None => self.freed.wait(&mut turn),
+                }
+            }
+        }
+        self.claim(Holder::Caller)
+    }
+
+    /// Takes the turn for a caller or a waiter if it is free: the I/O thread's registration
+    /// is disarmed.
+    fn claim(&self, holder: Holder) -> Option<MutexGuard<'_, Option<Side>>> {
         let poller = self.poller.as_ref()?;
         {
             let mut turn = self.turn.lock();
@@ -308,7 +487,7 @@ impl Reading {
                 poller.disarm(sock).ok()?;
                 turn.armed = false;
             }
-            turn.holder = Holder::Caller;
+            turn.holder = holder;
         }
         // The I/O thread may still be giving its turn back: a moment.
         Some(self.side.lock())
@@ -321,6 +500,11 @@ impl Reading {
         turn.holder = Holder::Free;
         // The caller took every buffered frame before it gave the turn back.
         turn.unread = false;
+        if std::mem::take(&mut turn.wanted) {
+            if let Some(Some(waiters)) = self.waiters.get() {
+                waiters.unpoke();
+            }
+        }
         let mut failed = failed;
         if let Some(poller) = &self.poller {
             if !turn.armed && turn.registered.is_some() {
@@ -337,6 +521,7 @@ impl Reading {
         }
         drop(turn);
         drop(side);
+        self.freed.notify_all();
     }
 }
 
@@ -358,7 +543,7 @@ mod poll {
     use std::time::Duration;
 
     use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
-    use rustix::event::Timespec;
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
     pub(super) struct Poller(OwnedFd);
 
@@ -403,24 +588,212 @@ mod poll {
             let _ = epoll::delete(&self.0, sock);
         }
 
-        /// Waits up to `timeout` (to the millisecond above); whether the registration fired.
+        /// Waits up to `timeout`; whether the registration fired.
         pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-            // Rounded up, so that a wait never ends before its deadline.
+            Ok(!wait(&self.0, timeout)?.is_empty())
+        }
+    }
+
+    /// Waits on `epoll` up to `timeout` (never less); the data of what fired.
+    fn wait(epoll: &OwnedFd, timeout: Duration) -> io::Result<Vec<u64>> {
+        let timeout = Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut events = Vec::with_capacity(2);
+        match epoll::wait(
+            epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&timeout),
+        ) {
+            Ok(_) => Ok(events.iter().map(|e| e.data.u64()).collect()),
+            Err(rustix::io::Errno::INTR) => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What ended a waiter's wait.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(super) enum Ready {
+        /// A caller asked for the turn.
+        Asked,
+        /// Bytes came (or the connection's end).
+        Bytes,
+        /// The timeout.
+        Nothing,
+    }
+
+    /// A waiter's wait: `poll(2)` on the socket and an event descriptor a caller sets to ask
+    /// for the turn. One descriptor, made when a thread of the client first waits for a
+    /// watch (a client that never does keeps its two).
+    pub(super) struct WaiterPoller {
+        asked: OwnedFd,
+    }
+
+    impl WaiterPoller {
+        pub fn new() -> io::Result<WaiterPoller> {
+            let asked = rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )?;
+            Ok(WaiterPoller { asked })
+        }
+
+        /// Asks the waiter for the turn.
+        pub fn poke(&self) -> io::Result<()> {
+            rustix::io::write(&self.asked, &1u64.to_ne_bytes())?;
+            Ok(())
+        }
+
+        /// Takes the request back (the turn was given).
+        pub fn unpoke(&self) {
+            let mut count = [0u8; 8];
+            let _ = rustix::io::read(&self.asked, &mut count);
+        }
+
+        /// Whether the waiter is asked for the turn now.
+        #[cfg(test)]
+        pub fn is_asked(&self) -> bool {
+            let mut fds = [PollFd::new(&self.asked, PollFlags::IN)];
+            let now = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+        }
+
+        /// Waits up to `timeout` for bytes on `sock` or a request for the turn (which wins).
+        pub fn wait(&self, sock: &TcpStream, timeout: Duration) -> io::Result<Ready> {
             let timeout = Timespec {
                 tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
                 tv_nsec: i64::from(timeout.subsec_nanos()),
             };
-            let mut events = Vec::with_capacity(1);
-            match epoll::wait(
-                &self.0,
-                rustix::buffer::spare_capacity(&mut events),
-                Some(&timeout),
-            ) {
-                Ok(_) => Ok(!events.is_empty()),
-                Err(rustix::io::Errno::INTR) => Ok(false),
-                Err(e) => Err(e.into()),
+            let mut fds = [
+                PollFd::new(&self.asked, PollFlags::IN),
+                PollFd::new(sock, PollFlags::IN | PollFlags::RDHUP),
+            ];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => return Ok(Ready::Nothing),
+                Err(e) => return Err(e.into()),
             }
+            Ok(if !fds[0].revents().is_empty() {
+                Ready::Asked
+            } else if !fds[1].revents().is_empty() {
+                Ready::Bytes
+            } else {
+                Ready::Nothing
+            })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Polls `f` until it holds, for up to ten seconds.
+    fn eventually(f: impl Fn() -> bool) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// A caller that asked a waiter for the turn asks again when, as the first waiter gave it
+    /// back, a second waiter took it before the caller looked (a reviewer's finding: the
+    /// caller waited unasked for as long as the second waiter's wait, which can be for ever).
+    #[test]
+    fn a_caller_asks_the_next_waiter_too() {
+        let (near, _far_end) = crate::testing::unread_pair().unwrap();
+        let reading = Reading::new();
+        reading.install(
+            crate::client::link::plain(Arc::new(near)).0,
+            FrameReader::new(),
+            Duration::from_secs(60),
+        );
+        let waiters = reading
+            .waiters
+            .get_or_init(|| WaiterPoller::new().ok())
+            .as_ref()
+            .unwrap();
+        // A first waiter reads.
+        reading.turn.lock().holder = Holder::Waiter;
+        let answered = std::sync::atomic::AtomicBool::new(false);
+        let answered = &answered;
+        std::thread::scope(|s| {
+            let reading = &reading;
+            let caller = s.spawn(move || {
+                reading.caller_turn(
+                    || answered.load(std::sync::atomic::Ordering::SeqCst),
+                    None,
+                    |_| Ok(()),
+                )
+            });
+            assert!(eventually(|| waiters.is_asked()), "never asked");
+            {
+                // The first waiter gives the turn back, and a second takes it, before the
+                // caller looks.
+                let mut turn = reading.turn.lock();
+                turn.holder = Holder::Free;
+                turn.wanted = false;
+                waiters.unpoke();
+                turn.holder = Holder::Waiter;
+            }
+            reading.freed.notify_all();
+            let asked_again = eventually(|| waiters.is_asked());
+            // The second waiter gives the turn back; the caller's answer is there.
+            {
+                let mut turn = reading.turn.lock();
+                turn.holder = Holder::Free;
+                turn.wanted = false;
+                waiters.unpoke();
+            }
+            answered.store(true, std::sync::atomic::Ordering::SeqCst);
+            reading.freed.notify_all();
+            assert!(caller.join().unwrap(), "the caller never read");
+            assert!(asked_again, "the second waiter was never asked");
+        });
+    }
+
+    /// A frame whose first bytes come just before the reader's deadline does not hold the
+    /// reader past it (a reviewer's finding: the socket's timeout, set when the read began,
+    /// let the read of the rest block for that long again).
+    #[test]
+    fn a_frame_begun_late_does_not_hold_the_reader_past_its_deadline() {
+        let (near, far) = crate::testing::unread_pair().unwrap();
+        // Kept open past the read: its end would stop the read sooner.
+        let mut far = &far;
+        let mut side = Side {
+            stream: crate::client::link::plain(Arc::new(near)).0,
+            frames: FrameReader::new(),
+            socket_timeout: Duration::ZERO,
+            patience: Duration::from_secs(60),
+        };
+        const WAIT: Duration = Duration::from_millis(600);
+        const LATE: Duration = Duration::from_millis(450);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                // The adversary's timing: the frame's first bytes come late, the rest never.
+                std::thread::sleep(LATE);
+                let mut partial = 100i32.to_be_bytes().to_vec();
+                partial.extend_from_slice(b"only ten b");
+                far.write_all(&partial).unwrap();
+            });
+            let read = side.next(started + WAIT);
+            let took = started.elapsed();
+            assert!(matches!(&read, Err(e) if timed_out(e)), "{read:?}");
+            // The deadline, and the scheduling of a loaded 2-core machine.
+            assert!(took < WAIT + Duration::from_millis(150), "took {took:?}");
+        });
     }
 }
 
@@ -453,6 +826,31 @@ mod poll {
         pub fn delete(&self, _: &TcpStream) {}
 
         pub fn wait(&self, _: Duration) -> io::Result<bool> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    pub(super) enum Ready {
+        Asked,
+        Bytes,
+        Nothing,
+    }
+
+    pub(super) struct WaiterPoller;
+
+    impl WaiterPoller {
+        pub fn new() -> io::Result<WaiterPoller> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+
+        pub fn poke(&self) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+
+        pub fn unpoke(&self) {}
+
+        pub fn wait(&self, _: &TcpStream, _: Duration) -> io::Result<Ready> {
             Err(io::ErrorKind::Unsupported.into())
         }
     }
