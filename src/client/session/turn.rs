@@ -80,6 +80,8 @@ struct Turn {
     unread: bool,
     /// A caller asked the waiter reading to give the turn back (the waiters' poller is poked).
     wanted: bool,
+    /// Moves with every install and uninstall: a claim made before one is void after it.
+    installed: u64,
 }
 
 /// The connection's read side, with the reader of the moment.
@@ -178,6 +180,7 @@ impl Reading {
                 failed: None,
                 unread: false,
                 wanted: false,
+                installed: 0,
             }),
             freed: Condvar::new(),
             side: Mutex::new(None),
@@ -187,6 +190,17 @@ impl Reading {
     /// Makes `stream` the connection to read. Callers may read it themselves if it is plain
     /// TCP and the poller takes it.
     pub fn install(&self, stream: LinkReader, frames: FrameReader, patience: Duration) {
+        let mut side = self.side.lock();
+        self.install_locked(&mut side, stream, frames, patience);
+    }
+
+    fn install_locked(
+        &self,
+        side: &mut Option<Side>,
+        stream: LinkReader,
+        frames: FrameReader,
+        patience: Duration,
+    ) {
         let registered = match (&self.poller, stream.plain_socket()) {
             (Some(poller), Some(sock)) => match poller.add(sock) {
                 Ok(()) => Some(sock.clone()),
@@ -197,19 +211,21 @@ impl Reading {
             },
             _ => None,
         };
-        *self.side.lock() = Some(Side {
+        *side = Some(Side {
             stream,
             frames,
             socket_timeout: Duration::ZERO,
             patience,
         });
-        *self.turn.lock() = Turn {
+        let mut turn = self.turn.lock();
+        *turn = Turn {
             holder: Holder::Free,
             registered,
             armed: false,
             failed: None,
             unread: true,
             wanted: false,
+            installed: turn.installed.wrapping_add(1),
         };
     }
 
@@ -217,6 +233,12 @@ impl Reading {
     /// at once): waits for the reader of the moment, then forgets the socket.
     pub fn uninstall(&self) {
         let mut side = self.side.lock();
+        self.uninstall_locked(&mut side);
+        drop(side);
+        self.freed.notify_all();
+    }
+
+    fn uninstall_locked(&self, side: &mut Option<Side>) {
         let mut turn = self.turn.lock();
         if let (Some(poller), Some(sock)) = (&self.poller, turn.registered.take()) {
             poller.delete(&sock);
@@ -225,6 +247,7 @@ impl Reading {
         turn.armed = false;
         turn.failed = None;
         turn.unread = false;
+        turn.installed = turn.installed.wrapping_add(1);
         if std::mem::take(&mut turn.wanted) {
             if let Some(Some(waiters)) = self.waiters.get() {
                 waiters.unpoke();
@@ -232,7 +255,6 @@ impl Reading {
         }
         drop(turn);
         side.take();
-        self.freed.notify_all();
     }
 
     /// The I/O thread's turn: reads what comes before `wake` (while no caller reads), each
@@ -477,7 +499,7 @@ impl Reading {
     /// is disarmed.
     fn claim(&self, holder: Holder) -> Option<MutexGuard<'_, Option<Side>>> {
         let poller = self.poller.as_ref()?;
-        {
+        let claimed = {
             let mut turn = self.turn.lock();
             if turn.holder != Holder::Free || turn.failed.is_some() {
                 return None;
@@ -488,9 +510,17 @@ impl Reading {
                 turn.armed = false;
             }
             turn.holder = holder;
-        }
+            turn.installed
+        };
         // The I/O thread may still be giving its turn back: a moment.
-        Some(self.side.lock())
+        let side = self.side.lock();
+        // The connection may have been replaced meanwhile (a reviewer's finding): its end set
+        // the turn free, so this claim's holder is no longer recorded, and reading the new
+        // connection under it would let others read beside or behind us unknowingly.
+        if self.turn.lock().installed != claimed {
+            return None;
+        }
+        Some(side)
     }
 
     /// A caller gives the turn back, and the registration is armed again. A failure goes to
@@ -760,6 +790,51 @@ mod tests {
             reading.freed.notify_all();
             assert!(caller.join().unwrap(), "the caller never read");
             assert!(asked_again, "the second waiter was never asked");
+        });
+    }
+
+    /// A claim made just before the connection was replaced is void: the claimant does not
+    /// read the new connection under a holder the replacement reset (a reviewer's finding:
+    /// others then took the turn beside it, or queued behind it unasked).
+    #[test]
+    fn a_claim_across_a_reconnect_is_void() {
+        let (a, _a_far) = crate::testing::unread_pair().unwrap();
+        let (b, b_far) = crate::testing::unread_pair().unwrap();
+        let reading = Reading::new();
+        let patience = Duration::from_secs(60);
+        reading.install(
+            crate::client::link::plain(Arc::new(a)).0,
+            FrameReader::new(),
+            patience,
+        );
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let mut side = reading.side.lock();
+            let (reading, stop) = (&reading, &stop);
+            let waiter = s.spawn(move || {
+                reading.waiter_turn(
+                    || stop.load(std::sync::atomic::Ordering::SeqCst),
+                    None,
+                    |_| Ok(()),
+                )
+            });
+            // The waiter has claimed the turn and waits for the read side.
+            assert!(eventually(|| reading.turn.lock().holder == Holder::Waiter));
+            // The connection ends and the next is installed before it gets there.
+            reading.uninstall_locked(&mut side);
+            reading.install_locked(
+                &mut side,
+                crate::client::link::plain(Arc::new(b)).0,
+                FrameReader::new(),
+                patience,
+            );
+            drop(side);
+            let void = eventually(|| waiter.is_finished());
+            // Ends a waiter that reads the new connection all the same: a frame, then done.
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            (&b_far).write_all(&0i32.to_be_bytes()).unwrap();
+            let read = waiter.join().unwrap();
+            assert!(void && !read, "the stale claim read the new connection");
         });
     }
 
