@@ -114,6 +114,19 @@ impl Side {
         self.frames.read_frame(&mut bounded, Some(until))
     }
 
+    /// Reads the next frame by `until` and gives it to `take`; a timeout is no failure.
+    fn take_next(
+        &mut self,
+        until: Instant,
+        take: &mut impl FnMut(Vec<u8>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        match self.next(until) {
+            Ok(frame) => take(frame),
+            Err(e) if timed_out(&e) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Takes every whole frame already buffered.
     fn drain(
         &mut self,
@@ -310,11 +323,12 @@ impl Reading {
         let mut side = self.side.lock();
         let result = match side.as_mut() {
             // Bytes are there: read at least once, even if `wake` has passed meanwhile.
-            Some(s) => match s.next(wake.max(Instant::now() + Duration::from_millis(1))) {
-                Ok(frame) => take(frame).and_then(|()| s.drain(&mut take)),
-                Err(e) if timed_out(&e) => Ok(()),
-                Err(e) => Err(e.to_string()),
-            },
+            Some(s) => s
+                .take_next(
+                    wake.max(Instant::now() + Duration::from_millis(1)),
+                    &mut take,
+                )
+                .and_then(|()| s.drain(&mut take)),
             None => Ok(()),
         };
         self.turn.lock().holder = Holder::Free;
@@ -332,11 +346,7 @@ impl Reading {
         let Some(s) = side.as_mut() else {
             return Ok(());
         };
-        match s.next(wake) {
-            Ok(frame) => take(frame),
-            Err(e) if timed_out(&e) => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
+        s.take_next(wake, take)
     }
 
     /// A caller's turn: if no one reads, reads frames (each to `take`) until `done`, or
@@ -362,18 +372,9 @@ impl Reading {
                     break;
                 }
                 let bound = until.map_or(now + s.patience, |u| u.min(now + s.patience));
-                match s.next(bound) {
-                    Ok(frame) => {
-                        if let Err(why) = take(frame) {
-                            failed = Some(why);
-                            break;
-                        }
-                    }
-                    Err(e) if timed_out(&e) => {}
-                    Err(e) => {
-                        failed = Some(e.to_string());
-                        break;
-                    }
+                if let Err(why) = s.take_next(bound, &mut take) {
+                    failed = Some(why);
+                    break;
                 }
             }
             if failed.is_none() {
@@ -435,19 +436,13 @@ impl Reading {
                 match waiters.wait(&sock, bound.saturating_duration_since(now)) {
                     Ok(Ready::Asked) => break,
                     Ok(Ready::Nothing) => {}
-                    Ok(Ready::Bytes) => match s.next(bound.max(now + Duration::from_millis(1))) {
-                        Ok(frame) => {
-                            if let Err(why) = take(frame) {
-                                failed = Some(why);
-                                break;
-                            }
-                        }
-                        Err(e) if timed_out(&e) => {}
-                        Err(e) => {
-                            failed = Some(e.to_string());
+                    Ok(Ready::Bytes) => {
+                        let until = bound.max(now + Duration::from_millis(1));
+                        if let Err(why) = s.take_next(until, &mut take) {
+                            failed = Some(why);
                             break;
                         }
-                    },
+                    }
                     // The waiter's own poll failing is no fault of the connection: the
                     // turn goes back, and the waiter waits for others to read.
                     Err(e) => {
