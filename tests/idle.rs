@@ -101,7 +101,9 @@ fn io_threads() -> Vec<String> {
 /// A waiter's wake-up (the notification that its predecessor is gone) is read by the waiting
 /// thread itself: the client's I/O thread is not woken to read it and hand it over. That hop
 /// woke a second thread on every contended handoff, the gap to a client with no background
-/// thread (issue 22).
+/// thread (issue 22). Over TLS the I/O thread reads everything (the TLS state buffers
+/// plaintext that a poll of the socket cannot see), so there the hop stays, as documented:
+/// asserted too, in the secure run.
 #[test]
 fn a_waiting_thread_reads_its_own_wake_up() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,11 +137,18 @@ fn a_waiting_thread_reads_its_own_wake_up() {
             woke += io_wakeups() - before;
         });
     }
-    // Through the I/O thread each handoff wakes it at least once.
-    assert!(
-        woke <= 2,
-        "the waiter's I/O thread woke {woke} times over {HANDOFFS} handoffs"
-    );
+    if secure().is_some() {
+        // Through the I/O thread each handoff wakes it at least once.
+        assert!(
+            woke >= HANDOFFS,
+            "over TLS the waiter's I/O thread woke only {woke} times over {HANDOFFS} handoffs"
+        );
+    } else {
+        assert!(
+            woke <= 2,
+            "the waiter's I/O thread woke {woke} times over {HANDOFFS} handoffs"
+        );
+    }
 }
 
 /// Voluntary context switches of the calling thread.
