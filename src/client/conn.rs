@@ -629,7 +629,6 @@ pub(crate) fn timed_out(e: &io::Error) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::io::Write;
 
     /// A reader that hands out its bytes in the given chunk sizes, then reports a timeout.
     struct Chunks(Vec<u8>, Vec<usize>);
@@ -689,14 +688,8 @@ mod tests {
     #[test]
     fn a_readers_send_with_a_passed_deadline_does_not_wait_for_socket_space() {
         let (near, _far_end) = crate::testing::unread_pair().unwrap();
-        let sock = std::sync::Arc::new(near);
-        sock.set_nonblocking(true).unwrap();
-        for size in [64 * 1024, 1024, 1] {
-            let chunk = vec![0u8; size];
-            while (&*sock).write(&chunk).is_ok() {}
-        }
-        sock.set_nonblocking(false).unwrap();
-        let (_, mut stream) = crate::client::link::plain(sock);
+        crate::testing::fill(&near).unwrap();
+        let (_, mut stream) = crate::client::link::plain(std::sync::Arc::new(near));
         // The connection's own timeout: what a send with no deadline would wait.
         stream
             .set_write_timeout(Some(Duration::from_secs(5)))

@@ -575,15 +575,6 @@ mod tests {
     fn a_deadline_on_a_full_socket_is_the_callers_and_nothing_goes() {
         let (near, _far_end) = crate::testing::unread_pair().unwrap();
         let sock = Arc::new(near);
-        // Filled without blocking, to the last byte the socket takes now.
-        let fill = |sock: &TcpStream| {
-            sock.set_nonblocking(true).unwrap();
-            for size in [64 * 1024, 1024, 1] {
-                let chunk = vec![0u8; size];
-                while (&*sock).write(&chunk).is_ok() {}
-            }
-            sock.set_nonblocking(false).unwrap();
-        };
         let mut writer = LinkWriter::new(
             sock,
             #[cfg(feature = "tls")]
@@ -595,7 +586,7 @@ mod tests {
         let mut given_up = 0;
         // Deadlines a quarter of a millisecond apart: every phase of the kernel's tick.
         for quarters in 1..=40u64 {
-            fill(writer.socket());
+            crate::testing::fill(writer.socket()).unwrap();
             let deadline = Instant::now() + Duration::from_micros(quarters * 250);
             if let Err(f) = writer.write_until(b"a frame", Some(deadline)) {
                 assert!(f.taken_back(), "{quarters}: {} (torn: {})", f.error, f.torn);

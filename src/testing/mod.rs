@@ -27,9 +27,9 @@ pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
 pub use server::{ServerOptions, ServerSasl, TestingServer};
-#[cfg(test)]
-pub(crate) use silent::unread_pair;
 pub use silent::SilentPort;
+#[cfg(test)]
+pub(crate) use silent::{fill, unread_pair};
 
 /// Why the harness could not provide a server. More reasons may come: match with a `_` arm.
 #[derive(Debug)]

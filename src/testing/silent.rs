@@ -46,3 +46,17 @@ pub(crate) fn unread_pair() -> std::io::Result<(TcpStream, TcpStream)> {
     let (far, _) = listener.accept()?;
     Ok((near, far))
 }
+
+/// Fills `sock`'s send buffers without blocking, to the last byte they take now (its far end
+/// must not read): the next write blocks, as to a server that stopped reading.
+#[cfg(test)]
+pub(crate) fn fill(sock: &TcpStream) -> std::io::Result<()> {
+    use std::io::Write;
+    sock.set_nonblocking(true)?;
+    for size in [64 * 1024, 1024, 1] {
+        let chunk = vec![0u8; size];
+        let mut w = sock;
+        while w.write(&chunk).is_ok() {}
+    }
+    sock.set_nonblocking(false)
+}

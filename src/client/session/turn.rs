@@ -460,6 +460,10 @@ impl Reading {
     /// a frame), unless `until` comes first or someone else takes it meanwhile.
     fn ask_the_waiter(&self, until: Option<Instant>) -> Option<MutexGuard<'_, Option<Side>>> {
         let waiters = self.waiters.get()?.as_ref()?;
+        if until.is_some_and(|u| Instant::now() >= u) {
+            // Too late to read for ourselves: asking would only send the waiter away.
+            return None;
+        }
         {
             let mut turn = self.turn.lock();
             if turn.holder != Holder::Waiter {
@@ -613,27 +617,25 @@ mod poll {
             let _ = epoll::delete(&self.0, sock);
         }
 
-        /// Waits up to `timeout`; whether the registration fired.
+        /// Waits up to `timeout` (never less); whether the registration fired.
         pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-            Ok(!wait(&self.0, timeout)?.is_empty())
+            let mut events = Vec::with_capacity(1);
+            match epoll::wait(
+                &self.0,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&timespec(timeout)),
+            ) {
+                Ok(_) => Ok(!events.is_empty()),
+                Err(rustix::io::Errno::INTR) => Ok(false),
+                Err(e) => Err(e.into()),
+            }
         }
     }
 
-    /// Waits on `epoll` up to `timeout` (never less); the data of what fired.
-    fn wait(epoll: &OwnedFd, timeout: Duration) -> io::Result<Vec<u64>> {
-        let timeout = Timespec {
-            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let mut events = Vec::with_capacity(2);
-        match epoll::wait(
-            epoll,
-            rustix::buffer::spare_capacity(&mut events),
-            Some(&timeout),
-        ) {
-            Ok(_) => Ok(events.iter().map(|e| e.data.u64()).collect()),
-            Err(rustix::io::Errno::INTR) => Ok(Vec::new()),
-            Err(e) => Err(e.into()),
+    fn timespec(d: Duration) -> Timespec {
+        Timespec {
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
         }
     }
 
@@ -680,24 +682,16 @@ mod poll {
         #[cfg(test)]
         pub fn is_asked(&self) -> bool {
             let mut fds = [PollFd::new(&self.asked, PollFlags::IN)];
-            let now = Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+            poll(&mut fds, Some(&timespec(Duration::ZERO))).is_ok_and(|n| n > 0)
         }
 
         /// Waits up to `timeout` for bytes on `sock` or a request for the turn (which wins).
         pub fn wait(&self, sock: &TcpStream, timeout: Duration) -> io::Result<Ready> {
-            let timeout = Timespec {
-                tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-                tv_nsec: i64::from(timeout.subsec_nanos()),
-            };
             let mut fds = [
                 PollFd::new(&self.asked, PollFlags::IN),
                 PollFd::new(sock, PollFlags::IN | PollFlags::RDHUP),
             ];
-            match poll(&mut fds, Some(&timeout)) {
+            match poll(&mut fds, Some(&timespec(timeout))) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => return Ok(Ready::Nothing),
                 Err(e) => return Err(e.into()),
