@@ -51,11 +51,26 @@ pub fn validate(path: &str, sequential: bool) -> Result<()> {
     if body.ends_with('/') {
         return Err(invalid(path, "a path must not end with '/'"));
     }
-    for segment in body[1..].split('/') {
+    // Printable ASCII holds no character the server refuses: the common case looks at each
+    // byte once and decodes nothing (this runs on every request).
+    let printable = body.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let rest = &body[1..];
+    let mut from = 0;
+    while from <= rest.len() {
+        // '/' is ASCII, so a byte search splits UTF-8 text only between characters.
+        let end = rest.as_bytes()[from..]
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(rest.len(), |i| from + i);
+        let segment = &rest[from..end];
+        from = end + 1;
         match segment {
             "" => return Err(invalid(path, "empty segment ('//')")),
             "." | ".." => return Err(invalid(path, "'.' and '..' segments are not allowed")),
             _ => {}
+        }
+        if printable {
+            continue;
         }
         if segment.contains('\0') {
             return Err(invalid(path, "NUL character"));
@@ -80,11 +95,12 @@ pub fn validate_name(name: &str) -> Result<()> {
 
 /// `parent` + `/` + `child`, without doubling the slash at the root.
 pub fn join(parent: &str, child: &str) -> String {
-    if parent == "/" {
-        format!("/{child}")
-    } else {
-        format!("{parent}/{child}")
-    }
+    let parent = if parent == "/" { "" } else { parent };
+    let mut path = String::with_capacity(parent.len() + 1 + child.len());
+    path.push_str(parent);
+    path.push('/');
+    path.push_str(child);
+    path
 }
 
 /// The parent of a valid path; `None` for the root.

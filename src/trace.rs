@@ -59,7 +59,9 @@ pub(crate) fn acquire(path: &str, session: Option<SessionId>) -> Entered {
                 wants_session: false,
             };
         }
-        let session_id = session.map(|s| s.to_string()).unwrap_or_default();
+        // The id is formatted only if a subscriber takes the span (the macro evaluates its
+        // fields then): an acquire with no one listening pays nothing for it.
+        let session_id = tracing::field::display(MaybeSession(session));
         Entered {
             span: Some(tracing::info_span!("zk_recipes.acquire", path, session_id).entered()),
             outermost_acquire: true,
@@ -68,6 +70,20 @@ pub(crate) fn acquire(path: &str, session: Option<SessionId>) -> Entered {
     }
     #[cfg(not(feature = "tracing"))]
     Entered
+}
+
+/// A session id, or nothing: formatted only if a subscriber records it.
+#[cfg(feature = "tracing")]
+struct MaybeSession(Option<SessionId>);
+
+#[cfg(feature = "tracing")]
+impl std::fmt::Display for MaybeSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => id.fmt(f),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A connection's handshake with `server`: a new session's (its id recorded once granted,

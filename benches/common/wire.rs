@@ -64,6 +64,8 @@ pub struct Wire {
     frame: Vec<u8>,
     /// Read requests sent (getChildren, getData).
     pub reads: u64,
+    /// Lock nodes shaped as ours are (see [`contended_like_ours`]).
+    like_ours: bool,
 }
 
 impl Wire {
@@ -84,6 +86,7 @@ impl Wire {
             xid: 0,
             frame: Vec::with_capacity(1 << 16),
             reads: 0,
+            like_ours: false,
         };
         w.send(&framed(&body))?;
         w.read_frame()?;
@@ -127,6 +130,20 @@ impl Wire {
         self.sock.write_all(frame)
     }
 
+    /// A create with our lock nodes' shape: a holder id as `data`, the whole protected name.
+    fn create_frame_data(&mut self, prefix: &str, data: &[u8]) -> Vec<u8> {
+        self.request(CREATE, |b| {
+            put_str(b, prefix);
+            put_i32(b, data.len() as i32);
+            b.extend_from_slice(data);
+            put_i32(b, 1); // one ACL: world:anyone, all
+            put_i32(b, 31);
+            put_str(b, "world");
+            put_str(b, "anyone");
+            put_i32(b, EPHEMERAL_SEQUENTIAL);
+        })
+    }
+
     fn create_frame(&mut self, prefix: &str) -> Vec<u8> {
         self.request(CREATE, |b| {
             put_str(b, prefix);
@@ -150,7 +167,16 @@ impl Wire {
     /// Creates a lock node under `dir` and lists `dir`, in one write: our node's name and the
     /// children.
     pub fn create_and_list(&mut self, dir: &str) -> io::Result<(String, Vec<String>)> {
-        let mut both = self.create_frame(&format!("{dir}/lock-"));
+        let mut both = if self.like_ours {
+            // A protected name of the same length as ours (one id for all: the sort by
+            // sequence does not care) and a holder id of a typical length.
+            self.create_frame_data(
+                &format!("{dir}/_c_0000abcd-1234-5678-0000-000000000001-lock-"),
+                b"benchhost:12345:ThreadId(17)",
+            )
+        } else {
+            self.create_frame(&format!("{dir}/lock-"))
+        };
         both.extend(self.children_frame(dir));
         self.send(&both)?;
         self.expect_ok()?;
@@ -280,6 +306,23 @@ pub fn uncontended(addr: &str, dir: &str, rounds: usize) -> Figures {
 /// `run_for`: throughput, handoff latency (a release's start to the next holder's acquire),
 /// client CPU and requests per acquisition (the reads, and the create and the delete).
 pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures {
+    contended_shaped(addr, dir, n, run_for, false)
+}
+
+/// [`contended`] with lock nodes of our shape: the protected name (`_c_<36-character id>-`)
+/// and a holder id as data. What the server's extra work for our safety edges costs, apart
+/// from the client's.
+pub fn contended_like_ours(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures {
+    contended_shaped(addr, dir, n, run_for, true)
+}
+
+fn contended_shaped(
+    addr: &str,
+    dir: &str,
+    n: usize,
+    run_for: Duration,
+    like_ours: bool,
+) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let reads = Arc::new(AtomicU64::new(0));
@@ -289,6 +332,7 @@ pub fn contended(addr: &str, dir: &str, n: usize, run_for: Duration) -> Figures 
     let threads: Vec<_> = (0..n)
         .map(|_| {
             let mut w = Wire::connect(addr).expect("the wire floor's session");
+            w.like_ours = like_ours;
             let (dir, stop, count, reads, released_at, handoffs, start) = (
                 dir.to_owned(),
                 stop.clone(),

@@ -1,5 +1,6 @@
 //! A client's settings once checked, and the path prefix (chroot and namespace) they imply.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::acl::Acl;
@@ -36,11 +37,12 @@ pub(crate) struct Config {
 
 impl Config {
     /// `path` with the chroot and namespace in front, as the server names it.
-    pub fn full(&self, path: &str) -> String {
+    /// Borrowed when there is no prefix (most clients): nothing to allocate per request.
+    pub fn full<'a>(&'a self, path: &'a str) -> Cow<'a, str> {
         match (self.prefix.is_empty(), path) {
-            (true, _) => path.to_owned(),
-            (false, "/") => self.prefix.clone(),
-            (false, p) => format!("{}{p}", self.prefix),
+            (true, _) => Cow::Borrowed(path),
+            (false, "/") => Cow::Borrowed(&self.prefix),
+            (false, p) => Cow::Owned(format!("{}{p}", self.prefix)),
         }
     }
 }

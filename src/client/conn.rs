@@ -173,7 +173,12 @@ impl Outbox {
     }
 
     fn sent_now(&self) {
-        let nanos = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.sent_at(Instant::now());
+    }
+
+    fn sent_at(&self, at: Instant) {
+        let nanos =
+            u64::try_from(at.saturating_duration_since(self.born).as_nanos()).unwrap_or(u64::MAX);
         self.last_send.store(nanos, Ordering::Relaxed);
     }
 
@@ -317,15 +322,33 @@ impl Outbox {
         frames: Vec<Outgoing>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Ticket>> {
+        // One reading of the clock for the batch, taken before any of it goes: an earlier
+        // `sent` only makes what an answer proves about the session (the lease anchored at
+        // it) end sooner.
+        let sent = Instant::now();
+        let session = w.session;
+        let ticket = |answer| Ticket {
+            answer,
+            session,
+            sent,
+        };
         let mut tickets = Vec::with_capacity(frames.len());
-        let mut out = Vec::new();
-        let mut queued = Vec::with_capacity(frames.len());
+        // One frame (most calls) goes out as it is; several are copied into one write.
+        let single = frames.len() == 1;
+        let mut out = if single {
+            Vec::new()
+        } else {
+            Vec::with_capacity(frames.iter().map(|f| f.frame.len()).sum())
+        };
+        let mut ours = 0;
         {
-            let answers = self.answers.lock();
-            let refused = answers
+            // Queued before they are written (an answer can come before the write returns),
+            // under the same lock as the look at what the server refused.
+            let mut answers = self.answers.lock();
+            let refused: Vec<i32> = answers
                 .server
                 .and_then(|s| answers.refused.get(&s))
-                .map(Vec::as_slice)
+                .map(|r| r.to_vec())
                 .unwrap_or_default();
             for Outgoing {
                 mut frame,
@@ -349,33 +372,34 @@ impl Outbox {
                         header,
                         frame: header.encode(),
                     });
-                    tickets.push(rx);
+                    tickets.push(ticket(rx));
                     continue;
                 }
                 let xid = w.next_xid;
                 // Positive xids only; the negative ones are reserved.
                 w.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
                 proto::set_xid(&mut frame, xid);
-                out.extend_from_slice(&frame);
+                if single {
+                    out = frame;
+                } else {
+                    out.extend_from_slice(&frame);
+                }
                 let (tx, rx) = slot();
-                queued.push(Pending {
+                answers.pending.push_back(Pending {
                     xid,
                     op,
-                    sent: Instant::now(),
+                    sent,
                     answer: tx,
                     watch,
                     anchors,
                     heartbeat,
                     hold,
                 });
-                tickets.push(rx);
+                ours += 1;
+                tickets.push(ticket(rx));
             }
         }
-        let sent = Instant::now();
         if !out.is_empty() {
-            // Queued before they are written: an answer can come before the write returns.
-            let ours = queued.len();
-            self.answers.lock().pending.extend(queued);
             let written = match w.stream.as_mut() {
                 Some(s) => s.write_until(&out, deadline),
                 None => Err(WriteFailure {
@@ -399,29 +423,13 @@ impl Outbox {
                 }
                 if failure.torn {
                     // Some of it went: its answers may come, or the connection's end.
-                    return Ok(self.tickets(tickets, w.session, sent));
+                    return Ok(tickets);
                 }
                 return Err(Error::ConnectionLoss);
             }
-            self.sent_now();
+            self.sent_at(sent);
         }
-        Ok(self.tickets(tickets, w.session, sent))
-    }
-
-    fn tickets(
-        &self,
-        answers: Vec<Awaited<Reply>>,
-        session: SessionId,
-        sent: Instant,
-    ) -> Vec<Ticket> {
-        answers
-            .into_iter()
-            .map(|answer| Ticket {
-                answer,
-                session,
-                sent,
-            })
-            .collect()
+        Ok(tickets)
     }
 
     /// Writes a frame that expects no queued answer (a ping) on connection `epoch`, unless a

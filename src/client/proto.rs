@@ -72,7 +72,8 @@ pub(crate) struct Enc(Vec<u8>);
 impl Enc {
     /// A frame that starts with a request header `(xid, op)`.
     pub fn request(xid: i32, op: i32) -> Enc {
-        let mut e = Enc(Vec::with_capacity(64));
+        // Room for a lock's create (path, holder id, ACL) without growing on the way.
+        let mut e = Enc(Vec::with_capacity(256));
         e.0.extend_from_slice(&[0; 4]);
         e.i32(xid).i32(op);
         e

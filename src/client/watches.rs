@@ -82,9 +82,47 @@ pub(crate) struct Watcher {
     count: usize,
 }
 
+/// The watchers at one path, one list per kind (indexed by [`WatchType::index`]).
+#[derive(Default)]
+struct AtPath {
+    lists: [Vec<Watcher>; 5],
+}
+
+impl AtPath {
+    fn is_empty(&self) -> bool {
+        self.lists.iter().all(Vec::is_empty)
+    }
+}
+
+impl WatchType {
+    const ALL: [WatchType; 5] = [
+        WatchType::Data,
+        WatchType::Exist,
+        WatchType::Child,
+        WatchType::Persistent,
+        WatchType::PersistentRecursive,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            WatchType::Data => 0,
+            WatchType::Exist => 1,
+            WatchType::Child => 2,
+            WatchType::Persistent => 3,
+            WatchType::PersistentRecursive => 4,
+        }
+    }
+}
+
+/// Keyed by path, so that a lookup borrows the path it is given: a notification, a release
+/// and a give-up each look at one entry, with no key to allocate (they run on every lock
+/// handoff).
 #[derive(Default)]
 pub(crate) struct Registry {
-    map: HashMap<(String, WatchType), Vec<Watcher>>,
+    map: HashMap<String, AtPath>,
+    /// Paths with a persistent recursive watcher: only then does an event look at its path's
+    /// ancestors.
+    recursive: usize,
 }
 
 impl Registry {
@@ -95,47 +133,57 @@ impl Registry {
             return;
         }
         reg.counted.store(true, Ordering::SeqCst);
-        let list = self.map.entry((reg.path, reg.kind)).or_default();
+        let list = &mut self.map.entry(reg.path).or_default().lists[reg.kind.index()];
         match list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) {
             Some(w) => {
                 w.on_fire = reg.on_fire;
                 w.count += 1;
             }
-            None => list.push(Watcher {
-                tx: reg.tx,
-                on_fire: reg.on_fire,
-                count: 1,
-            }),
+            None => {
+                if list.is_empty() && reg.kind == WatchType::PersistentRecursive {
+                    self.recursive += 1;
+                }
+                list.push(Watcher {
+                    tx: reg.tx,
+                    on_fire: reg.on_fire,
+                    count: 1,
+                });
+            }
         }
     }
 
     /// Removes `tx` from every watch at `path`; returns the kinds left with no watcher, which
     /// the server may be told to drop.
     pub fn remove(&mut self, path: &str, tx: &Sender<WatchEvent>) -> Vec<WatchType> {
-        use WatchType::*;
         let mut emptied = Vec::new();
-        // By key, kind by kind: a release must not scan every watch of the client.
-        for kind in [Data, Exist, Child, Persistent, PersistentRecursive] {
-            let key = (path.to_owned(), kind);
-            let Some(list) = self.map.get_mut(&key) else {
-                continue;
-            };
+        let Some(at) = self.map.get_mut(path) else {
+            return emptied;
+        };
+        for kind in WatchType::ALL {
+            let list = &mut at.lists[kind.index()];
             let before = list.len();
             list.retain(|w| !w.tx.same_channel(tx));
             if list.is_empty() && before > 0 {
                 emptied.push(kind);
-                self.map.remove(&key);
             }
+        }
+        if emptied.contains(&WatchType::PersistentRecursive) {
+            self.recursive -= 1;
+        }
+        if at.is_empty() {
+            self.map.remove(path);
         }
         emptied
     }
 
     /// The kinds some watcher waits on at `path`.
     pub fn kinds_at(&self, path: &str) -> Vec<WatchType> {
-        use WatchType::*;
-        [Data, Exist, Child, Persistent, PersistentRecursive]
+        let Some(at) = self.map.get(path) else {
+            return Vec::new();
+        };
+        WatchType::ALL
             .into_iter()
-            .filter(|kind| self.map.contains_key(&(path.to_owned(), *kind)))
+            .filter(|kind| !at.lists[kind.index()].is_empty())
             .collect()
     }
 
@@ -152,21 +200,24 @@ impl Registry {
             WatchType::Exist => &[WatchType::Exist, WatchType::Data],
             _ => std::slice::from_ref(&reg.kind),
         };
+        let Some(at) = self.map.get_mut(reg.path.as_str()) else {
+            return;
+        };
         for kind in kinds {
-            let key = (reg.path.clone(), *kind);
-            let Some(list) = self.map.get_mut(&key) else {
-                continue;
-            };
+            let list = &mut at.lists[kind.index()];
             let Some(w) = list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) else {
                 continue;
             };
             // Its one registration, under whichever kind it was set as.
             w.count = w.count.saturating_sub(1);
             list.retain(|w| w.count > 0);
-            if list.is_empty() {
-                self.map.remove(&key);
+            if list.is_empty() && *kind == WatchType::PersistentRecursive {
+                self.recursive -= 1;
             }
-            return;
+            break;
+        }
+        if at.is_empty() {
+            self.map.remove(reg.path.as_str());
         }
     }
 
@@ -180,31 +231,35 @@ impl Registry {
             WatchKind::Other | WatchKind::SessionLost | WatchKind::Closed => &[],
         };
         let mut out = Vec::new();
-        for kind in one_shot {
-            if let Some(list) = self.map.remove(&(n.path.clone(), *kind)) {
-                out.extend(list);
+        if let Some(at) = self.map.get_mut(n.path.as_str()) {
+            for kind in one_shot {
+                out.append(&mut at.lists[kind.index()]);
+            }
+            if n.kind != WatchKind::Other {
+                out.extend(at.lists[Persistent.index()].iter().cloned());
+            }
+            if at.is_empty() {
+                self.map.remove(n.path.as_str());
             }
         }
-        if n.kind != WatchKind::Other {
-            if let Some(list) = self.map.get(&(n.path.clone(), Persistent)) {
-                out.extend(list.iter().cloned());
-            }
-        }
-        if n.kind != WatchKind::ChildrenChanged && n.kind != WatchKind::Other {
+        if self.recursive > 0 && n.kind != WatchKind::ChildrenChanged && n.kind != WatchKind::Other
+        {
             for ancestor in ancestors(&n.path) {
-                if let Some(list) = self.map.get(&(ancestor.to_owned(), PersistentRecursive)) {
-                    out.extend(list.iter().cloned());
+                if let Some(at) = self.map.get(ancestor) {
+                    out.extend(at.lists[PersistentRecursive.index()].iter().cloned());
                 }
             }
         }
         // One channel set for two kinds hears of the event once.
-        let mut unique: Vec<Watcher> = Vec::with_capacity(out.len());
-        for w in out {
-            if !unique.iter().any(|u| u.tx.same_channel(&w.tx)) {
-                unique.push(w);
+        let mut i = 0;
+        while i < out.len() {
+            if out[..i].iter().any(|u| u.tx.same_channel(&out[i].tx)) {
+                out.remove(i);
+            } else {
+                i += 1;
             }
         }
-        unique
+        out
     }
 
     /// What to ask the server to restore on a resumed session, in frames of at most about
@@ -222,20 +277,25 @@ impl Registry {
         let mut out = Vec::new();
         let mut set = empty();
         let mut size = 0;
-        for (path, kind) in self.map.keys() {
-            if size + path.len() > BATCH && size > 0 {
-                out.push(std::mem::replace(&mut set, empty()));
-                size = 0;
+        for (path, at) in &self.map {
+            for kind in WatchType::ALL {
+                if at.lists[kind.index()].is_empty() {
+                    continue;
+                }
+                if size + path.len() > BATCH && size > 0 {
+                    out.push(std::mem::replace(&mut set, empty()));
+                    size = 0;
+                }
+                size += path.len() + 4;
+                let list = match kind {
+                    WatchType::Data => &mut set.data,
+                    WatchType::Exist => &mut set.exist,
+                    WatchType::Child => &mut set.child,
+                    WatchType::Persistent => &mut set.persistent,
+                    WatchType::PersistentRecursive => &mut set.persistent_recursive,
+                };
+                list.push(path.clone());
             }
-            size += path.len() + 4;
-            let list = match kind {
-                WatchType::Data => &mut set.data,
-                WatchType::Exist => &mut set.exist,
-                WatchType::Child => &mut set.child,
-                WatchType::Persistent => &mut set.persistent,
-                WatchType::PersistentRecursive => &mut set.persistent_recursive,
-            };
-            list.push(path.clone());
         }
         if size > 0 {
             out.push(set);
@@ -246,9 +306,10 @@ impl Registry {
     /// Forgets every watcher (the session is gone, and its watches with it); returns each
     /// channel once per path, to be told.
     pub fn drain(&mut self) -> Vec<(String, Sender<WatchEvent>)> {
+        self.recursive = 0;
         let mut out: Vec<(String, Sender<WatchEvent>)> = Vec::new();
-        for ((path, _), list) in self.map.drain() {
-            for w in list {
+        for (path, at) in self.map.drain() {
+            for w in at.lists.into_iter().flatten() {
                 if !out.iter().any(|(p, t)| *p == path && t.same_channel(&w.tx)) {
                     out.push((path.clone(), w.tx));
                 }
@@ -260,7 +321,11 @@ impl Registry {
     /// Registered watchers, all kinds.
     #[cfg(any(test, feature = "testing"))]
     pub fn len(&self) -> usize {
-        self.map.values().map(Vec::len).sum()
+        self.map
+            .values()
+            .flat_map(|at| at.lists.iter())
+            .map(Vec::len)
+            .sum()
     }
 }
 
@@ -366,5 +431,22 @@ mod tests {
         assert_eq!(r.fire(&note(WatchKind::Created, "/ab")).len(), 0);
         assert_eq!(ancestors("/a/b").collect::<Vec<_>>(), ["/a/b", "/a", "/"]);
         assert_eq!(ancestors("/").collect::<Vec<_>>(), ["/"]);
+    }
+
+    #[test]
+    fn a_recursive_watch_removed_or_cancelled_no_longer_sees_descendants() {
+        let mut r = Registry::default();
+        let (tx, _rx) = unbounded();
+        r.add(WatchReg::new("/a", WatchType::PersistentRecursive, &tx));
+        r.add(WatchReg::new("/a", WatchType::Data, &tx));
+        assert_eq!(r.remove("/a", &tx).len(), 2);
+        assert_eq!(r.fire(&note(WatchKind::Created, "/a/b")).len(), 0);
+        let reg = WatchReg::new("/a", WatchType::PersistentRecursive, &tx);
+        r.add(reg.clone());
+        assert_eq!(r.fire(&note(WatchKind::Created, "/a/b")).len(), 1);
+        r.cancel(&reg);
+        assert_eq!(r.fire(&note(WatchKind::Created, "/a/b")).len(), 0);
+        assert_eq!(r.len(), 0);
+        assert!(r.to_restore(1).is_empty());
     }
 }

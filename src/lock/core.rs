@@ -432,7 +432,7 @@ impl LockCore {
     /// Waits for a session and returns it, mapping a missed deadline to `Timeout`.
     fn wait_session(&self, deadline: Option<Instant>) -> Result<SessionId> {
         self.client
-            .wait_session(deadline, &format!("lock {}", self.path))
+            .wait_session(deadline, format_args!("lock {}", self.path))
     }
 
     /// Creates our protected node. A create whose answer is lost is never repeated blindly:
@@ -456,13 +456,13 @@ impl LockCore {
             #[cfg(feature = "testing")]
             self.options
                 .hooks
-                .before_create(&paths::join(&self.path, &node_prefix));
+                .before_create(|| paths::join(&self.path, &node_prefix));
             let created = self.client_until(deadline).create_protected(
                 &self.path,
                 &node_prefix,
                 self.options.holder_id_text().as_bytes(),
                 marker.as_str(),
-                &self.options.acl_for(&self.client),
+                self.options.acl_for(&self.client),
                 line_watch,
             );
             match created {
@@ -519,7 +519,7 @@ impl LockCore {
                         retries += 1;
                     }
                     self.client_until(deadline)
-                        .ensure_lock_path(&self.path, &self.options.acl_for(&self.client))?;
+                        .ensure_lock_path(&self.path, self.options.acl_for(&self.client))?;
                     made_parents = true;
                     continue;
                 }

@@ -128,10 +128,8 @@ impl LockOptions {
         self
     }
 
-    pub(crate) fn acl_for(&self, client: &crate::Client) -> Vec<crate::acl::Acl> {
-        self.acl
-            .clone()
-            .unwrap_or_else(|| client.default_acl().to_vec())
+    pub(crate) fn acl_for<'a>(&'a self, client: &'a crate::Client) -> &'a [crate::acl::Acl] {
+        self.acl.as_deref().unwrap_or_else(|| client.default_acl())
     }
 
     pub(crate) fn holder_id_text(&self) -> String {
@@ -168,9 +166,10 @@ struct TestHooks {
 
 #[cfg(feature = "testing")]
 impl TestHooks {
-    fn before_create(&self, path: &str) {
+    /// The path is made only if a hook wants it (the benches build with `testing` on).
+    fn before_create(&self, path: impl FnOnce() -> String) {
         if let Some(h) = &self.before_create {
-            h(path)
+            h(&path())
         }
     }
     fn after_watch_set(&self, path: &str) {
@@ -181,17 +180,93 @@ impl TestHooks {
 }
 
 fn default_holder_id() -> String {
-    // Read once: every acquisition names its holder.
+    // Kept per thread, made again only when the process id changed (a forked child): the
+    // formatting would otherwise be redone on every acquisition.
+    thread_local! {
+        static ID: std::cell::RefCell<Option<(u32, String)>> = const { std::cell::RefCell::new(None) };
+    }
+    let pid = std::process::id();
+    let make = || {
+        let thread = std::thread::current();
+        let name = thread
+            .name()
+            .map_or_else(|| format!("{:?}", thread.id()), str::to_owned);
+        format!("{}:{pid}:{name}", host())
+    };
+    ID.try_with(|id| {
+        let mut id = id.borrow_mut();
+        match id.as_ref() {
+            Some((made_in, text)) if *made_in == pid => text.clone(),
+            _ => id.insert((pid, make())).1.clone(),
+        }
+    })
+    // The cache is gone once the thread is ending (another thread-local's destructor may
+    // still take a lock): made afresh then.
+    .unwrap_or_else(|_| make())
+}
+
+/// This machine's name, read once.
+fn host() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let host = HOST.get_or_init(|| {
+    HOST.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| "unknown-host".into())
-    });
-    let thread = std::thread::current();
-    let name = thread
-        .name()
-        .map_or_else(|| format!("{:?}", thread.id()), str::to_owned);
-    format!("{host}:{}:{name}", std::process::id())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_holder_id;
+
+    fn pid_in(id: &str) -> Option<String> {
+        id.split(':').nth(1).map(str::to_owned)
+    }
+
+    /// A reviewer's finding: the per-thread cache kept the parent's pid in a forked child,
+    /// whose locks then named the wrong process as their holder.
+    #[test]
+    fn a_forked_child_names_itself_as_holder() {
+        assert_eq!(
+            pid_in(&default_holder_id()),
+            Some(std::process::id().to_string())
+        );
+        // SAFETY: the child only reads its pid, formats a string and exits without unwinding
+        // or running the parent's destructors.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            let ok = pid_in(&default_holder_id()) == Some(std::process::id().to_string());
+            // SAFETY: ends the child at once, as a forked test child must.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(waited, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+
+    /// A reviewer's finding: a lock taken in another thread-local's destructor, after the
+    /// cache's own was destroyed, panicked there (and a panic in a destructor aborts).
+    #[test]
+    fn a_holder_id_can_be_had_while_a_thread_ends() {
+        struct TakesALock;
+        impl Drop for TakesALock {
+            fn drop(&mut self) {
+                assert!(!default_holder_id().is_empty());
+            }
+        }
+        thread_local! {
+            static LATE: TakesALock = const { TakesALock };
+        }
+        let ended = std::thread::spawn(|| {
+            // Registered before the cache, so destroyed after it.
+            LATE.with(|_| {});
+            let _ = default_holder_id();
+        })
+        .join();
+        assert!(ended.is_ok());
+    }
 }

@@ -26,16 +26,24 @@ impl ProtectedId {
     }
 
     fn from_parts(session: SessionId, counter: u64) -> ProtectedId {
-        let s = format!("{:016x}", session.0 as u64);
-        let c = format!("{counter:016x}");
-        ProtectedId(format!(
-            "{}-{}-{}-{}-{}",
-            &s[..8],
-            &s[8..12],
-            &s[12..16],
-            &c[..4],
-            &c[4..16]
-        ))
+        // UUID-shaped: the session's 16 hex digits as 8-4-4, the counter's as 4-12. Written
+        // digit by digit: `format!` with widths costs more than the rest of an acquisition's
+        // client-side work on names (benches/RESULTS.md, issue 22).
+        let s = session.0 as u64;
+        let mut id = String::with_capacity(36);
+        for (value, digits) in [
+            (s >> 32, 8),
+            ((s >> 16) & 0xffff, 4),
+            (s & 0xffff, 4),
+            (counter >> 48, 4),
+            (counter & 0xffff_ffff_ffff, 12),
+        ] {
+            if !id.is_empty() {
+                id.push('-');
+            }
+            push_hex(&mut id, value, digits);
+        }
+        ProtectedId(id)
     }
 
     fn session_in(name: &str) -> Option<SessionId> {
@@ -52,7 +60,22 @@ impl ProtectedId {
 
     /// The name to create (the server appends the sequence).
     pub fn node_prefix(&self, lock_name: &str) -> String {
-        format!("{PROTECTED_PREFIX}{}-{lock_name}", self.0)
+        let mut name =
+            String::with_capacity(PROTECTED_PREFIX.len() + self.0.len() + 1 + lock_name.len());
+        name.push_str(PROTECTED_PREFIX);
+        name.push_str(&self.0);
+        name.push('-');
+        name.push_str(lock_name);
+        name
+    }
+}
+
+/// The low `digits` hex digits of `value`, most significant first, in lower case.
+fn push_hex(out: &mut String, value: u64, digits: u32) {
+    for i in (0..digits).rev() {
+        let nibble = ((value >> (4 * i)) & 0xf) as u32;
+        // A nibble is below 16, so a digit of radix 16 always exists.
+        out.push(char::from_digit(nibble, 16).unwrap_or('0'));
     }
 }
 

@@ -34,7 +34,11 @@ impl Client {
 
     /// Waits for a live session until `deadline` (or the connection timeout) and returns it;
     /// `Timeout` when a deadline was given and passed.
-    pub(crate) fn wait_session(&self, deadline: Option<Instant>, what: &str) -> Result<SessionId> {
+    pub(crate) fn wait_session(
+        &self,
+        deadline: Option<Instant>,
+        what: impl std::fmt::Display,
+    ) -> Result<SessionId> {
         let fallback = Instant::now() + self.core.config.connection_timeout;
         match self.core.wait_connected(deadline.unwrap_or(fallback)) {
             Ok(id) => Ok(id),
@@ -91,7 +95,7 @@ impl Client {
             mode: CreateMode::EphemeralSequential,
         };
         let list = Req::GetChildren {
-            path: full_parent.as_str().into(),
+            path: full_parent.as_ref().into(),
             watch: line_watch.map(|tx| WatchReg::new(&full_parent, WatchType::Child, tx)),
         };
         let mut tickets = self.send(vec![create.outgoing(), list.outgoing()])?;
@@ -192,7 +196,7 @@ impl Client {
     pub(crate) fn watch_hold_again(&self, path: &str) -> bool {
         let full = self.full(path);
         let req = Req::GetData {
-            path: full.as_str().into(),
+            path: full.as_ref().into(),
             watch: Some(WatchReg::new(
                 &full,
                 WatchType::Data,

@@ -288,7 +288,7 @@ impl Client {
     // ----- the request path -----
 
     /// `path` with the chroot and namespace in front, as the server names it.
-    pub(crate) fn full(&self, path: &str) -> String {
+    pub(crate) fn full<'a>(&'a self, path: &'a str) -> std::borrow::Cow<'a, str> {
         self.core.config.full(path)
     }
 

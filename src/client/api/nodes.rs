@@ -375,7 +375,7 @@ impl Client {
                 if let Op::Create { data, .. } | Op::SetData { data, .. } = op {
                     check_data(data)?;
                 }
-                Ok(self.full(op.path()))
+                Ok(self.full(op.path()).into_owned())
             })
             .collect()
     }

@@ -76,7 +76,7 @@ impl Client {
         let prefetch = Arc::new(Prefetch::default());
         let (core, list, into) = (
             Arc::downgrade(&self.core),
-            self.full(then_list),
+            self.full(then_list).into_owned(),
             prefetch.clone(),
         );
         let counted = self.owner.is_some();

@@ -95,23 +95,15 @@ pub(super) struct Side {
 }
 
 impl Side {
-    /// The next frame: a whole one already buffered, or read by `until`.
+    /// The next frame: a whole one already buffered, or read by `until` (the deadline is
+    /// kept by [`Bounded`], which looks at the clock once per read).
     fn next(&mut self, until: Instant) -> io::Result<Vec<u8>> {
-        let wait = until
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        // The timeout stays unless the deadline is nearer (lowered before each read, below),
-        // or more than twice as far (then a read would wake for nothing).
-        if wait > self.socket_timeout * 2 {
-            self.stream.set_read_timeout(Some(wait))?;
-            self.socket_timeout = wait;
-        }
         let mut bounded = Bounded {
             stream: &mut self.stream,
             timeout: &mut self.socket_timeout,
             until,
         };
-        self.frames.read_frame(&mut bounded, Some(until))
+        self.frames.read_frame(&mut bounded, None)
     }
 
     /// Reads the next frame by `until` and gives it to `take`; a timeout is no failure.
@@ -139,10 +131,11 @@ impl Side {
     }
 }
 
-/// The stream, its read timeout lowered before each read to what is left until `until`: a
-/// frame whose first bytes came late cannot hold the reader past it for another whole
-/// timeout (a reviewer's finding). Lowered only when that saves more than a millisecond, so
-/// that a read with the timeout already right makes no extra system call.
+/// The stream, read by `until`: no read begins once it has passed (`TimedOut`), and the
+/// socket's read timeout is set before each read to what is left, so a frame whose first
+/// bytes came late cannot hold the reader past it for another whole timeout (a reviewer's
+/// finding). The timeout is changed (a system call) only when the deadline is nearer by more
+/// than a millisecond, or more than twice as far (a read would then wake for nothing).
 struct Bounded<'a> {
     stream: &'a mut LinkReader,
     timeout: &'a mut Duration,
@@ -151,11 +144,12 @@ struct Bounded<'a> {
 
 impl io::Read for Bounded<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self
-            .until
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        if left + Duration::from_millis(1) < *self.timeout {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let left = left.max(Duration::from_millis(1));
+        if left + Duration::from_millis(1) < *self.timeout || left > *self.timeout * 2 {
             self.stream.set_read_timeout(Some(left))?;
             *self.timeout = left;
         }
