@@ -51,27 +51,40 @@ pub fn validate(path: &str, sequential: bool) -> Result<()> {
     if body.ends_with('/') {
         return Err(invalid(path, "a path must not end with '/'"));
     }
-    // Printable ASCII holds no character the server refuses: the common case looks at each
-    // byte once and decodes nothing (this runs on every request).
-    let printable = body.bytes().all(|b| (0x20..0x7f).contains(&b));
-    let rest = &body[1..];
+    // One pass over the bytes while they are printable ASCII, which holds no character the
+    // server refuses: the common case decodes nothing (this runs on every request). '/' is
+    // ASCII, so a segment ends only between UTF-8 characters. At the first other byte, the
+    // whole path is checked character by character instead, segment by segment as before
+    // (the segments passed so far were fine, so the first fault found is the same).
+    let rest = &body.as_bytes()[1..];
     let mut from = 0;
-    while from <= rest.len() {
-        // '/' is ASCII, so a byte search splits UTF-8 text only between characters.
-        let end = rest.as_bytes()[from..]
-            .iter()
-            .position(|&b| b == b'/')
-            .map_or(rest.len(), |i| from + i);
-        let segment = &rest[from..end];
-        from = end + 1;
-        match segment {
-            "" => return Err(invalid(path, "empty segment ('//')")),
-            "." | ".." => return Err(invalid(path, "'.' and '..' segments are not allowed")),
-            _ => {}
+    for at in 0..=rest.len() {
+        let b = rest.get(at).copied().unwrap_or(b'/');
+        if b != b'/' {
+            if (0x20..0x7f).contains(&b) {
+                continue;
+            }
+            return validate_segments(path, &body[1..]);
         }
-        if printable {
-            continue;
-        }
+        check_segment(path, &rest[from..at])?;
+        from = at + 1;
+    }
+    Ok(())
+}
+
+/// A segment may be neither empty nor `.` nor `..`.
+fn check_segment(path: &str, segment: &[u8]) -> Result<()> {
+    match segment {
+        b"" => Err(invalid(path, "empty segment ('//')")),
+        b"." | b".." => Err(invalid(path, "'.' and '..' segments are not allowed")),
+        _ => Ok(()),
+    }
+}
+
+/// Every segment of `rest` (a path without its leading '/'), character by character.
+fn validate_segments(path: &str, rest: &str) -> Result<()> {
+    for segment in rest.split('/') {
+        check_segment(path, segment.as_bytes())?;
         if segment.contains('\0') {
             return Err(invalid(path, "NUL character"));
         }
@@ -120,6 +133,83 @@ pub fn node_name(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The rules as first written, character by character: the byte-wise check must give the
+    /// same verdict and the same reason for every path.
+    fn by_characters(path: &str, sequential: bool) -> Result<()> {
+        if path.is_empty() {
+            return Err(invalid(path, "a path cannot be empty"));
+        }
+        if !path.starts_with('/') {
+            return Err(invalid(path, "a path must start with '/'"));
+        }
+        if path.len() > MAX_PATH_LEN {
+            return Err(invalid(path, "path longer than 4096 bytes"));
+        }
+        if path.len() == 1 {
+            return Ok(());
+        }
+        let body = if sequential && path.ends_with('/') {
+            &path[..path.len() - 1]
+        } else {
+            path
+        };
+        if body.ends_with('/') {
+            return Err(invalid(path, "a path must not end with '/'"));
+        }
+        for segment in body[1..].split('/') {
+            match segment {
+                "" => return Err(invalid(path, "empty segment ('//')")),
+                "." | ".." => return Err(invalid(path, "'.' and '..' segments are not allowed")),
+                _ => {}
+            }
+            if segment.contains('\0') {
+                return Err(invalid(path, "NUL character"));
+            }
+            if segment.chars().any(forbidden_char) {
+                return Err(invalid(path, "character ZooKeeper refuses"));
+            }
+        }
+        Ok(())
+    }
+
+    fn reason(r: Result<()>) -> Option<&'static str> {
+        match r {
+            Ok(()) => None,
+            Err(Error::InvalidPath { reason, .. }) => Some(reason),
+            Err(_) => Some("another error"),
+        }
+    }
+
+    proptest! {
+    #[test]
+    fn the_byte_check_agrees_with_the_character_check(
+        path in "/?(/|\\.|a|\u{0}|\u{1}|ü|\u{e000}|\u{1f600}){0,8}",
+        sequential in any::<bool>(),
+    ) {
+        prop_assert_eq!(reason(validate(&path, sequential)), reason(by_characters(&path, sequential)));
+    }
+    }
+
+    #[test]
+    fn the_byte_check_agrees_on_paths_with_two_faults() {
+        for path in [
+            "/a/..",
+            "/../a",
+            "/a\0/..",
+            "/../a\0",
+            "/ü/./\u{1}",
+            "/\u{1}/.",
+            "/a//\0",
+        ] {
+            assert_eq!(
+                reason(validate(path, false)),
+                reason(by_characters(path, false)),
+                "{path}"
+            );
+        }
+    }
 
     #[test]
     fn accepts_what_zookeeper_accepts() {

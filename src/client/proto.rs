@@ -218,7 +218,13 @@ impl<'a> Dec<'a> {
 
     pub fn strs(&mut self) -> Decoded<Vec<String>> {
         let n = self.count()?;
-        (0..n).map(|_| self.str()).collect()
+        // Sized once (a string takes at least its 4-byte length): collecting through
+        // `Result` would grow the vector step by step.
+        let mut out = Vec::with_capacity(n.min(self.0.len() / 4));
+        for _ in 0..n {
+            out.push(self.str()?);
+        }
+        Ok(out)
     }
 
     pub fn stat(&mut self) -> Decoded<Stat> {

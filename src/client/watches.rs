@@ -39,10 +39,17 @@ pub(crate) struct WatchReg {
     pub kind: WatchType,
     pub tx: Sender<WatchEvent>,
     pub on_fire: Option<OnFire>,
+    /// Shared by the copies of one request's registration.
+    state: Arc<RegState>,
+}
+
+/// Where one request's watch registration stands.
+#[derive(Default)]
+struct RegState {
     /// Set when the caller stopped waiting for the answer: the watch is then not registered.
-    cancelled: Arc<AtomicBool>,
+    cancelled: AtomicBool,
     /// Set when this request's registration was counted (its answer came).
-    counted: Arc<AtomicBool>,
+    counted: AtomicBool,
 }
 
 impl WatchReg {
@@ -52,8 +59,7 @@ impl WatchReg {
             kind,
             tx: tx.clone(),
             on_fire: None,
-            cancelled: Arc::new(AtomicBool::new(false)),
-            counted: Arc::new(AtomicBool::new(false)),
+            state: Arc::default(),
         }
     }
 }
@@ -129,10 +135,10 @@ impl Registry {
     /// Registers `reg`, unless it was cancelled. A channel that already waits there is not
     /// added twice; it takes the newer `on_fire`.
     pub fn add(&mut self, reg: WatchReg) {
-        if reg.cancelled.load(Ordering::SeqCst) {
+        if reg.state.cancelled.load(Ordering::SeqCst) {
             return;
         }
-        reg.counted.store(true, Ordering::SeqCst);
+        reg.state.counted.store(true, Ordering::SeqCst);
         let list = &mut self.map.entry(reg.path).or_default().lists[reg.kind.index()];
         match list.iter_mut().find(|w| w.tx.same_channel(&reg.tx)) {
             Some(w) => {
@@ -192,8 +198,8 @@ impl Registry {
     /// [`WatchReg::as_set`]), and the channel stays registered while another of its requests
     /// set the same watch.
     pub fn cancel(&mut self, reg: &WatchReg) {
-        reg.cancelled.store(true, Ordering::SeqCst);
-        if !reg.counted.swap(false, Ordering::SeqCst) {
+        reg.state.cancelled.store(true, Ordering::SeqCst);
+        if !reg.state.counted.swap(false, Ordering::SeqCst) {
             return;
         }
         let kinds: &[WatchType] = match reg.kind {

@@ -101,12 +101,12 @@ pub(crate) const READ_NAME: &str = "__READ__";
 /// Write-lock node marker (Curator's).
 pub(crate) const WRITE_NAME: &str = "__WRIT__";
 
-/// Where a child stands in line: `(sequence, 0)` for an ordinary contender. A read node made by
-/// a downgrade carries the sequence of the write node it came from, `__READ__<write seq>-<seq>`
-/// (with or without the dash), and stands right behind that write node: `(write seq, seq)`.
-/// That is also how Curator's sorter (the text after `__READ__`, compared as a string) orders
-/// it.
-pub(crate) fn order_of(name: &str) -> Option<(u32, u32)> {
+/// Where a child stands in line (its order), and its own sequence, read once. The order is
+/// `(sequence, 0)` for an ordinary contender. A read node made by a downgrade carries the
+/// sequence of the write node it came from, `__READ__<write seq>-<seq>` (with or without the
+/// dash), and stands right behind that write node: `(write seq, seq)`. That is also how
+/// Curator's sorter (the text after `__READ__`, compared as a string) orders it.
+fn placed(name: &str) -> Option<((u32, u32), u32)> {
     let seq = sequence_of(name)?;
     let head = &name[..name.len() - 10];
     let head = head.strip_suffix('-').unwrap_or(head);
@@ -118,10 +118,17 @@ pub(crate) fn order_of(name: &str) -> Option<(u32, u32)> {
             digits.bytes().all(|b| b.is_ascii_digit()) && before.ends_with(READ_NAME)
         })
         .and_then(|(digits, _)| digits.parse().ok());
-    Some(match downgrade {
+    let order = match downgrade {
         Some(write_seq) => (write_seq, seq),
         None => (seq, 0),
-    })
+    };
+    Some((order, seq))
+}
+
+/// A child's place in line (see [`placed`]).
+#[cfg(test)]
+fn order_of(name: &str) -> Option<(u32, u32)> {
+    placed(name).map(|(order, _)| order)
 }
 
 /// One contender node, as listed under the lock path.
@@ -131,7 +138,7 @@ pub(crate) struct Contender {
     pub name: String,
     /// The sequence the server appended to its name.
     pub sequence: u32,
-    /// Its place in line (see [`order_of`]).
+    /// Its place in line (see [`placed`]).
     pub order: (u32, u32),
 }
 
@@ -155,8 +162,7 @@ pub(crate) fn sort_contenders(children: Vec<String>) -> Vec<Contender> {
     let mut v: Vec<Contender> = children
         .into_iter()
         .filter_map(|name| {
-            let order = order_of(&name)?;
-            let sequence = sequence_of(&name)?;
+            let (order, sequence) = placed(&name)?;
             Some(Contender {
                 name,
                 sequence,
