@@ -57,6 +57,19 @@ pub fn validate(path: &str, sequential: bool) -> Result<()> {
     // whole path is checked character by character instead, segment by segment as before
     // (the segments passed so far were fine, so the first fault found is the same).
     let rest = &body.as_bytes()[1..];
+    // Two folds without an early exit (the compiler makes them wide): is all of it printable
+    // ASCII, and could any segment be empty, `.` or `..` (it would begin at the start or
+    // after a '/', with a '/' or a '.').
+    let printable = rest
+        .iter()
+        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f));
+    let suspect = rest.first().is_none_or(|&b| b == b'/' || b == b'.')
+        || rest.windows(2).fold(false, |s, w| {
+            s | ((w[0] == b'/') & ((w[1] == b'/') | (w[1] == b'.')))
+        });
+    if printable && !suspect {
+        return Ok(());
+    }
     let mut from = 0;
     for at in 0..=rest.len() {
         let b = rest.get(at).copied().unwrap_or(b'/');
