@@ -205,6 +205,45 @@ mod tests {
     }
     }
 
+    /// Every path of up to four characters over an alphabet with the boundaries of both
+    /// checks (a reviewer's suggestion: the random one missed the edges of printable ASCII).
+    #[test]
+    fn the_byte_check_agrees_on_every_short_path() {
+        let alphabet = [
+            '/',
+            '.',
+            'a',
+            ' ',
+            '~',
+            '\0',
+            '\u{1f}',
+            '\u{7f}',
+            '\u{85}',
+            'ü',
+            '\u{fff0}',
+            '\u{1f600}',
+        ];
+        let mut paths = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..4 {
+            last = last
+                .iter()
+                .flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}")))
+                .collect();
+            paths.extend(last.iter().cloned());
+        }
+        paths.push(format!("/{}", "a".repeat(MAX_PATH_LEN)));
+        for path in &paths {
+            for sequential in [false, true] {
+                assert_eq!(
+                    reason(validate(path, sequential)),
+                    reason(by_characters(path, sequential)),
+                    "{path:?} {sequential}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_byte_check_agrees_on_paths_with_two_faults() {
         for path in [

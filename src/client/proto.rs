@@ -218,9 +218,10 @@ impl<'a> Dec<'a> {
 
     pub fn strs(&mut self) -> Decoded<Vec<String>> {
         let n = self.count()?;
-        // Sized once (a string takes at least its 4-byte length): collecting through
-        // `Result` would grow the vector step by step.
-        let mut out = Vec::with_capacity(n.min(self.0.len() / 4));
+        // Sized once for an ordinary listing (a string takes at least its 4-byte length; at
+        // most 1024 ahead, so that a garbage count reserves no more than a few pages before
+        // its strings fail): collecting through `Result` would grow it step by step.
+        let mut out = Vec::with_capacity(n.min(self.0.len() / 4).min(1024));
         for _ in 0..n {
             out.push(self.str()?);
         }
