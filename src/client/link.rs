@@ -292,6 +292,9 @@ struct SendTimeouts {
     full: Option<Duration>,
     /// What the socket has now.
     set: Option<Duration>,
+    /// Times the socket's timeout was changed (a system call each), for the tests.
+    #[cfg(test)]
+    changes: u32,
 }
 
 /// The least a socket timeout can be: a write whose deadline has passed still gets one try,
@@ -330,6 +333,10 @@ impl SendTimeouts {
         if want != self.set {
             sock.set_write_timeout(want)?;
             self.set = want;
+            #[cfg(test)]
+            {
+                self.changes += 1;
+            }
         }
         Ok(bounded)
     }
@@ -338,6 +345,10 @@ impl SendTimeouts {
     fn settle(&mut self, sock: &TcpStream) {
         if self.set != self.full && sock.set_write_timeout(self.full).is_ok() {
             self.set = self.full;
+            #[cfg(test)]
+            {
+                self.changes += 1;
+            }
         }
     }
 }
@@ -384,6 +395,26 @@ fn write_bounded(
 ) -> io::Result<()> {
     while !bytes.is_empty() {
         let bound = bounds.now(*torn);
+        // Past its bound before any of it went (a send that must not wait: the listing a
+        // waiter's watch sends as it fires, once per contended handoff): one try that does
+        // not wait, without setting the socket's timeout and setting it back.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if !*torn && bound.is_some_and(|d| Instant::now() >= d) {
+            use rustix::net::{send, SendFlags};
+            match send(sock, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    *torn = true;
+                    bytes = bytes.get(n..).unwrap_or_default();
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, GaveUp))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
         let bounded = timeouts.arm(sock, bound)?;
         match (&*sock).write(bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -464,7 +495,12 @@ impl LinkWriter {
             sock,
             #[cfg(feature = "tls")]
             tls,
-            timeouts: SendTimeouts { full, set: full },
+            timeouts: SendTimeouts {
+                full,
+                set: full,
+                #[cfg(test)]
+                changes: 0,
+            },
         }
     }
 
@@ -475,6 +511,8 @@ impl LinkWriter {
         self.timeouts = SendTimeouts {
             full: timeout,
             set: timeout,
+            #[cfg(test)]
+            changes: 0,
         };
         Ok(())
     }
@@ -599,5 +637,36 @@ mod tests {
             writer.socket().write_timeout().unwrap(),
             Some(Duration::from_secs(60))
         );
+    }
+
+    /// A send with its deadline already passed (the listing a waiter's watch sends as it
+    /// fires, one per contended handoff) makes one try that does not wait, without lowering
+    /// the socket's timeout and setting it back: two system calls for every such send.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_send_past_its_deadline_leaves_the_socket_timeout_alone() {
+        let (near, mut far) = crate::testing::unread_pair().unwrap();
+        let mut writer = LinkWriter::new(
+            Arc::new(near),
+            #[cfg(feature = "tls")]
+            None,
+        );
+        writer
+            .set_write_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let before = writer.timeouts.changes;
+        let passed = Instant::now();
+        assert!(writer.write_until(b"a frame", Some(passed)).is_ok());
+        assert_eq!(writer.timeouts.changes, before);
+        let mut got = [0u8; 7];
+        std::io::Read::read_exact(&mut far, &mut got).unwrap();
+        assert_eq!(&got, b"a frame");
+        // A full socket: given up whole, the caller's, as before.
+        crate::testing::fill(writer.socket()).unwrap();
+        let Err(f) = writer.write_until(b"a frame", Some(passed)) else {
+            panic!("a full socket took the frame");
+        };
+        assert!(f.taken_back(), "{} (torn: {})", f.error, f.torn);
+        assert_eq!(writer.timeouts.changes, before);
     }
 }
