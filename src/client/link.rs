@@ -604,6 +604,20 @@ pub(crate) fn serves_read_write(
 mod tests {
     use super::*;
 
+    /// A plain writer with a 60 s write timeout, and the far end of its socket (unread).
+    fn plain_pair() -> (LinkWriter, TcpStream) {
+        let (near, far) = crate::testing::unread_pair().unwrap();
+        let mut writer = LinkWriter::new(
+            Arc::new(near),
+            #[cfg(feature = "tls")]
+            None,
+        );
+        writer
+            .set_write_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        (writer, far)
+    }
+
     /// A write bounded by its caller's deadline that finds the socket full is given up whole
     /// and marked the caller's (taken back, nothing torn: the connection can be kept), at
     /// deadlines a quarter of a millisecond apart so that every phase of the kernel's tick is
@@ -612,16 +626,7 @@ mod tests {
     /// than reproducing a failure); and the socket has the connection's own timeout back.
     #[test]
     fn a_deadline_on_a_full_socket_is_the_callers_and_nothing_goes() {
-        let (near, _far_end) = crate::testing::unread_pair().unwrap();
-        let sock = Arc::new(near);
-        let mut writer = LinkWriter::new(
-            sock,
-            #[cfg(feature = "tls")]
-            None,
-        );
-        writer
-            .set_write_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
+        let (mut writer, _far_end) = plain_pair();
         let mut given_up = 0;
         // Deadlines a quarter of a millisecond apart: every phase of the kernel's tick.
         for quarters in 1..=40u64 {
@@ -646,15 +651,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_send_past_its_deadline_leaves_the_socket_timeout_alone() {
-        let (near, mut far) = crate::testing::unread_pair().unwrap();
-        let mut writer = LinkWriter::new(
-            Arc::new(near),
-            #[cfg(feature = "tls")]
-            None,
-        );
-        writer
-            .set_write_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
+        let (mut writer, mut far) = plain_pair();
         let before = writer.timeouts.changes;
         let passed = Instant::now();
         assert!(writer.write_until(b"a frame", Some(passed)).is_ok());
@@ -682,15 +679,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_send_past_its_deadline_finishes_what_it_began() {
-        let (near, far) = crate::testing::unread_pair().unwrap();
-        let mut writer = LinkWriter::new(
-            Arc::new(near),
-            #[cfg(feature = "tls")]
-            None,
-        );
-        writer
-            .set_write_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
+        let (mut writer, far) = plain_pair();
         let before = writer.timeouts.changes;
         // More than the socket's buffers take at once: the first try goes in part.
         let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
