@@ -607,11 +607,7 @@ mod tests {
     /// A plain writer with a 60 s write timeout, and the far end of its socket (unread).
     fn plain_pair() -> (LinkWriter, TcpStream) {
         let (near, far) = crate::testing::unread_pair().unwrap();
-        let mut writer = LinkWriter::new(
-            Arc::new(near),
-            #[cfg(feature = "tls")]
-            None,
-        );
+        let (_, mut writer) = plain(Arc::new(near));
         writer
             .set_write_timeout(Some(Duration::from_secs(60)))
             .unwrap();

@@ -27,8 +27,9 @@ impl ProtectedId {
 
     fn from_parts(session: SessionId, counter: u64) -> ProtectedId {
         // UUID-shaped: the session's 16 hex digits as 8-4-4, the counter's as 4-12. Written
-        // digit by digit: `format!` with widths costs more than the rest of an acquisition's
-        // client-side work on names (benches/RESULTS.md, issue 22).
+        // digit by digit: the `format!` calls with widths here and in `node_prefix` were about
+        // 6 % of a contended acquisition's client instructions (callgrind; benches/RESULTS.md,
+        // issue 22).
         let s = session.0 as u64;
         let mut id = String::with_capacity(36);
         for (value, digits) in [
