@@ -35,7 +35,9 @@ pub(crate) type OnFire = Arc<dyn Fn() + Send + Sync>;
 /// A watcher to register when the server answers: `path` as the server names it.
 #[derive(Clone)]
 pub(crate) struct WatchReg {
-    pub path: String,
+    /// Shared, not copied, by the copies a request makes on its way (the request, its
+    /// outgoing frame, the registration as set).
+    pub path: Arc<str>,
     pub kind: WatchType,
     pub tx: Sender<WatchEvent>,
     pub on_fire: Option<OnFire>,
@@ -55,7 +57,7 @@ struct RegState {
 impl WatchReg {
     pub fn new(path: &str, kind: WatchType, tx: &Sender<WatchEvent>) -> WatchReg {
         WatchReg {
-            path: path.to_owned(),
+            path: Arc::from(path),
             kind,
             tx: tx.clone(),
             on_fire: None,
@@ -125,7 +127,7 @@ impl WatchType {
 /// handoff).
 #[derive(Default)]
 pub(crate) struct Registry {
-    map: HashMap<String, AtPath>,
+    map: HashMap<Arc<str>, AtPath>,
     /// Paths with a persistent recursive watcher: only then does an event look at its path's
     /// ancestors.
     recursive: usize,
@@ -206,7 +208,7 @@ impl Registry {
             WatchType::Exist => &[WatchType::Exist, WatchType::Data],
             _ => std::slice::from_ref(&reg.kind),
         };
-        let Some(at) = self.map.get_mut(reg.path.as_str()) else {
+        let Some(at) = self.map.get_mut(&*reg.path) else {
             return;
         };
         for kind in kinds {
@@ -223,7 +225,7 @@ impl Registry {
             break;
         }
         if at.is_empty() {
-            self.map.remove(reg.path.as_str());
+            self.map.remove(&*reg.path);
         }
     }
 
@@ -300,7 +302,7 @@ impl Registry {
                     WatchType::Persistent => &mut set.persistent,
                     WatchType::PersistentRecursive => &mut set.persistent_recursive,
                 };
-                list.push(path.clone());
+                list.push(path.to_string());
             }
         }
         if size > 0 {
@@ -316,8 +318,11 @@ impl Registry {
         let mut out: Vec<(String, Sender<WatchEvent>)> = Vec::new();
         for (path, at) in self.map.drain() {
             for w in at.lists.into_iter().flatten() {
-                if !out.iter().any(|(p, t)| *p == path && t.same_channel(&w.tx)) {
-                    out.push((path.clone(), w.tx));
+                if !out
+                    .iter()
+                    .any(|(p, t)| **p == *path && t.same_channel(&w.tx))
+                {
+                    out.push((path.to_string(), w.tx));
                 }
             }
         }

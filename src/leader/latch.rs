@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use super::{pause, LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
 use crate::client::token::SessionToken;
 use crate::lock::core::{LockCore, OwnNode, WatchGuard, Woke};
+use crate::lock::names::sort_contenders;
 use crate::lock::{Lease, LockOptions};
 use crate::{paths, Client, Error, Result};
 
@@ -308,12 +309,12 @@ impl Inner {
             let bound = self.call_bound();
             let listed = match first.take() {
                 Some(line) => Ok(line),
-                None => self.core.contenders(Some(bound)),
+                None => self.core.line(Some(bound), None),
             };
-            let contenders = match listed {
-                Ok(c) => {
+            let line = match listed {
+                Ok(line) => {
                     failures = 0;
-                    c
+                    line
                 }
                 Err(_) => {
                     if pause(stop, states, &mut failures, self.lease_bound()) {
@@ -325,6 +326,7 @@ impl Inner {
                     continue;
                 }
             };
+            let contenders = sort_contenders(line.iter());
             let Some(ours) = contenders.iter().position(|c| c.name == node.name) else {
                 return false;
             };
@@ -341,7 +343,7 @@ impl Inner {
                 node.path.clone()
             } else {
                 self.set_leading(None);
-                paths::join(&self.core.path, &contenders[ours - 1].name)
+                paths::join(&self.core.path, contenders[ours - 1].name)
             };
             let bound = self.call_bound();
             let watching = client.with_deadline(bound).data_watch(&watched, &wake_tx);

@@ -12,6 +12,7 @@ pub use self::latch::LeaderLatch;
 pub use self::selector::{LeaderSelector, LeadershipContext, TermOutcome};
 
 use crate::lock::core::LockCore;
+use crate::lock::names::sort_contenders;
 use crate::{paths, Result};
 
 /// The longest [`LeaderLatch::close`] and [`LeaderSelector::close`] wait for the server to
@@ -56,8 +57,9 @@ pub struct Participant {
 /// Everyone in line under `core`'s path, first (the leader) first.
 pub(crate) fn participants(core: &LockCore) -> Result<Vec<Participant>> {
     let mut out = Vec::new();
-    for c in core.contenders(None)? {
-        let node = paths::join(&core.path, &c.name);
+    let line = core.line(None, None)?;
+    for c in sort_contenders(line.iter()) {
+        let node = paths::join(&core.path, c.name);
         match core.client.data(&node) {
             Ok((data, _)) => out.push(Participant {
                 id: String::from_utf8_lossy(&data).into_owned(),

@@ -14,7 +14,7 @@ use super::metrics::Counters;
 use super::names::{sort_contenders, Contender, ProtectedId};
 use super::LockOptions;
 use crate::client::token::SessionToken;
-use crate::client::{Prefetch, WatchKind};
+use crate::client::{Names, Prefetch, WatchKind};
 use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
 
 /// The least time a timed acquire gives its create and first look at the line, however near
@@ -167,7 +167,7 @@ pub(crate) struct OwnNode {
     pub session: SessionId,
     /// The line as listed right behind our create, in the same round trip (`None` after an
     /// adoption, or if that listing failed).
-    pub line: Option<Vec<Contender>>,
+    pub line: Option<Names>,
     /// That listing left a watch on the line.
     pub line_watched: bool,
 }
@@ -472,7 +472,7 @@ impl LockCore {
                         path,
                         name,
                         session,
-                        line: line.map(sort_contenders),
+                        line,
                         line_watched: line_watch.is_some(),
                     });
                 }
@@ -553,12 +553,12 @@ impl LockCore {
             Err(e) if e.is_no_node() => return Ok(None),
             Err(e) => return Err(e),
         }
-        let children = match self.client_until(deadline).children(&self.path) {
+        let children = match self.client_until(deadline).child_names(&self.path, None) {
             Ok(c) => c,
             Err(e) if e.is_no_node() => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mut mine: Vec<Contender> = sort_contenders(children)
+        let mut mine: Vec<Contender> = sort_contenders(children.iter())
             .into_iter()
             .filter(|c| c.name.contains(marker.as_str()))
             .collect();
@@ -566,8 +566,8 @@ impl LockCore {
             let first = mine.remove(0);
             debug!("adopted {} after a lost create answer", first.name);
             Some(OwnNode {
-                path: paths::join(&self.path, &first.name),
-                name: first.name,
+                path: paths::join(&self.path, first.name),
+                name: first.name.to_owned(),
                 session,
                 line: None,
                 line_watched: false,
@@ -576,7 +576,7 @@ impl LockCore {
             None
         };
         for extra in mine {
-            self.forget(&paths::join(&self.path, &extra.name), now, deadline);
+            self.forget(&paths::join(&self.path, extra.name), now, deadline);
         }
         Ok(adopted)
     }
@@ -609,44 +609,34 @@ impl LockCore {
         }
     }
 
-    /// Lists the contenders in order.
-    pub fn contenders(&self, deadline: Option<Instant>) -> Result<Vec<Contender>> {
-        match self.client_until(deadline).children(&self.path) {
-            Ok(c) => Ok(sort_contenders(c)),
-            Err(e) if e.is_no_node() => Ok(Vec::new()),
-            Err(e) => Err(e),
+    /// Lists the line (unsorted: [`sort_contenders`] orders it), leaving a watch on it that
+    /// reports into `tx` if given. A missing path is an empty line.
+    pub fn line(
+        &self,
+        deadline: Option<Instant>,
+        tx: Option<&Sender<WatchEvent>>,
+    ) -> Result<Names> {
+        match self.client_until(deadline).child_names(&self.path, tx) {
+            Err(e) if e.is_no_node() => Ok(Names::default()),
+            listed => listed,
         }
     }
 
-    /// Lists the contenders in order, taking the listing the reader thread sent when our
-    /// watch fired if there is one (it went out after the event, like a listing made now).
-    fn contenders_after(
+    /// Lists the line, taking the listing the reader thread sent when our watch fired if
+    /// there is one (it went out after the event, like a listing made now).
+    fn line_after(
         &self,
         prefetch: Option<Arc<Prefetch>>,
         deadline: Option<Instant>,
-    ) -> Result<Vec<Contender>> {
+    ) -> Result<Names> {
         let sent = prefetch.and_then(|p| {
             self.client_until(deadline)
                 .prefetched_children(&p, &self.path)
         });
         match sent {
-            Some(Ok(c)) => Ok(sort_contenders(c)),
-            Some(Err(e)) if e.is_no_node() => Ok(Vec::new()),
-            Some(Err(e)) => Err(e),
-            None => self.contenders(deadline),
-        }
-    }
-
-    /// Lists the contenders in order, leaving a watch on the line that reports into `tx`.
-    fn contenders_watched(
-        &self,
-        deadline: Option<Instant>,
-        tx: &Sender<WatchEvent>,
-    ) -> Result<Vec<Contender>> {
-        match self.client_until(deadline).children_watch(&self.path, tx) {
-            Ok(c) => Ok(sort_contenders(c)),
-            Err(e) if e.is_no_node() => Ok(Vec::new()),
-            Err(e) => Err(e),
+            Some(Err(e)) if e.is_no_node() => Ok(Names::default()),
+            Some(listed) => listed,
+            None => self.line(deadline, None),
         }
     }
 
@@ -672,7 +662,7 @@ impl LockCore {
         // The listing that came with our create saves the first round trip (if the rule needs
         // the line watched, that listing must have set the watch). Used once: taken.
         let mut first = node.line.take().filter(|line| {
-            (!watch_line || node.line_watched) && line.iter().any(|c| c.name == node.name)
+            (!watch_line || node.line_watched) && line.iter().any(|name| name == node.name)
         });
         // The listing the reader thread sends when the watch we wait on fires.
         let mut prefetch: Option<Arc<Prefetch>> = None;
@@ -680,15 +670,16 @@ impl LockCore {
             let listed = if let Some(line) = first.take() {
                 Ok(line)
             } else if watch_line {
-                self.contenders_watched(deadline, &wake_tx)
+                self.line(deadline, Some(&wake_tx))
             } else {
-                self.contenders_after(prefetch.take(), deadline)
+                self.line_after(prefetch.take(), deadline)
             };
-            let contenders = match listed {
-                Ok(c) => c,
+            let line = match listed {
+                Ok(line) => line,
                 Err(Error::Timeout { .. }) => return Ok(false),
                 Err(e) => return Err(self.while_waiting(e, token)),
             };
+            let contenders = sort_contenders(line.iter());
             if watch_line {
                 watches.watching(&self.path);
             }
@@ -706,7 +697,7 @@ impl LockCore {
                     index,
                     sole_blocker,
                 } => {
-                    let watched = paths::join(&self.path, &contenders[index].name);
+                    let watched = paths::join(&self.path, contenders[index].name);
                     let client = self.client_until(deadline);
                     let set = if sole_blocker && self.options.fast_handoff {
                         // Its deletion hands us the lock without another listing.
@@ -852,8 +843,9 @@ impl LockCore {
 
     /// The data (holder id) of the first contender.
     pub fn current_holder(&self) -> Result<Option<String>> {
-        for c in self.contenders(None)? {
-            match self.client.data(&paths::join(&self.path, &c.name)) {
+        let line = self.line(None, None)?;
+        for c in sort_contenders(line.iter()) {
+            match self.client.data(&paths::join(&self.path, c.name)) {
                 Ok((data, _)) => return Ok(Some(String::from_utf8_lossy(&data).into_owned())),
                 Err(e) if e.is_no_node() => continue,
                 Err(e) => return Err(e),
@@ -864,11 +856,11 @@ impl LockCore {
 
     /// Contender paths, in order; only those whose name contains `kind`, if given.
     pub fn participant_nodes(&self, kind: Option<&str>) -> Result<Vec<String>> {
-        Ok(self
-            .contenders(None)?
+        let line = self.line(None, None)?;
+        Ok(sort_contenders(line.iter())
             .into_iter()
             .filter(|c| kind.is_none_or(|k| c.name.contains(k)))
-            .map(|c| paths::join(&self.path, &c.name))
+            .map(|c| paths::join(&self.path, c.name))
             .collect())
     }
 }

@@ -58,7 +58,8 @@ impl HerdLock {
         let name = paths::node_name(&node).to_owned();
         let (tx, rx) = unbounded();
         loop {
-            let children = sort_contenders(self.client.children_watch(&self.path, &tx)?);
+            let listed = self.client.children_watch(&self.path, &tx)?;
+            let children = sort_contenders(&listed);
             match children.first() {
                 Some(first) if first.name == name => {
                     return Ok(HerdGuard {

@@ -41,7 +41,7 @@ pub fn inspect(client: &Client, path: &str) -> Result<Vec<LineEntry>> {
         Err(e) if e.is_no_node() => Vec::new(),
         Err(e) => return Err(e),
     };
-    let contenders = sort_contenders(children);
+    let contenders = sort_contenders(&children);
     let mut out = Vec::with_capacity(contenders.len());
     for (i, c) in contenders.iter().enumerate() {
         let (kind, rule): (HoldKind, &dyn Rule) = if c.name.contains(READ_NAME) {
@@ -51,7 +51,7 @@ pub fn inspect(client: &Client, path: &str) -> Result<Vec<LineEntry>> {
         } else {
             (HoldKind::Exclusive, &MaxLeases(1))
         };
-        let node = paths::join(path, &c.name);
+        let node = paths::join(path, c.name);
         let holder_id = match client.data(&node) {
             Ok((d, _)) => Some(String::from_utf8_lossy(&d).into_owned()),
             Err(e) if e.is_no_node() => continue, // gone meanwhile
@@ -62,7 +62,7 @@ pub fn inspect(client: &Client, path: &str) -> Result<Vec<LineEntry>> {
             kind,
             holds: rule.decide(&contenders, i) == Decision::Go,
             holder_id,
-            session: super::names::session_of(&c.name),
+            session: super::names::session_of(c.name),
         });
     }
     Ok(out)

@@ -22,7 +22,7 @@ mod inspect;
 mod lease;
 mod metrics;
 mod mutex;
-mod names;
+pub(crate) mod names;
 mod revocation;
 mod rwlock;
 mod semaphore;

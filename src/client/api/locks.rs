@@ -10,6 +10,7 @@ use crate::acl::Acl;
 use crate::client::config::strip;
 use crate::client::conn::Outgoing;
 use crate::client::events::{Chore, Job, Then};
+use crate::client::proto::Names;
 use crate::client::request::{self, Req};
 use crate::client::token;
 use crate::client::types::{CreateMode, WatchEvent};
@@ -83,7 +84,7 @@ impl Client {
         marker: &str,
         acl: &[Acl],
         line_watch: Option<&Sender<WatchEvent>>,
-    ) -> Result<(String, SessionId, Option<Vec<String>>)> {
+    ) -> Result<(String, SessionId, Option<Names>)> {
         let path = paths::join(parent, prefix);
         paths::validate(&path, true)?;
         check_data(data)?;
@@ -128,7 +129,7 @@ impl Client {
         let line = match listing {
             Ok(Some(reply)) => checked(reply, parent)
                 .ok()
-                .and_then(|r| r.record().strs().ok()),
+                .and_then(|r| r.record().names().ok()),
             _ => None,
         };
         Ok((strip(&self.core.config.prefix, &created), session, line))

@@ -400,7 +400,7 @@ impl Client {
         &self,
         path: &str,
         watch: Option<(WatchType, &Sender<WatchEvent>)>,
-        make: impl Fn(&str, Option<WatchReg>) -> Req<'static>,
+        make: impl for<'p> Fn(&'p str, Option<WatchReg>) -> Req<'p>,
         decode: impl Fn(&Reply) -> Result<T>,
     ) -> Result<T> {
         let reg = watch.map(|(kind, tx)| WatchReg::new(&self.full(path), kind, tx));
@@ -412,7 +412,7 @@ impl Client {
         &self,
         path: &str,
         reg: Option<WatchReg>,
-        make: impl Fn(&str, Option<WatchReg>) -> Req<'static>,
+        make: impl for<'p> Fn(&'p str, Option<WatchReg>) -> Req<'p>,
         decode: impl Fn(&Reply) -> Result<T>,
     ) -> Result<T> {
         paths::validate(path, false)?;

@@ -224,9 +224,7 @@ impl Client {
         self.read(
             path,
             None,
-            |p, _| Req::GetAcl {
-                path: p.to_owned().into(),
-            },
+            |p, _| Req::GetAcl { path: p.into() },
             |r| {
                 let mut d = r.record();
                 Ok((d.acl()?, d.stat()?))
@@ -256,14 +254,7 @@ impl Client {
     /// Waits until the server this client is connected to has caught up with the leader for
     /// `path`: reads after it see every write committed before it.
     pub fn sync(&self, path: &str) -> Result<()> {
-        self.read(
-            path,
-            None,
-            |p, _| Req::Sync {
-                path: p.to_owned().into(),
-            },
-            |_| Ok(()),
-        )
+        self.read(path, None, |p, _| Req::Sync { path: p.into() }, |_| Ok(()))
     }
 
     /// Runs `ops` as one transaction: all of them or none. On failure, the error names the

@@ -7,6 +7,8 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::client::config::strip;
+use crate::client::conn::Reply;
+use crate::client::proto::Names;
 use crate::client::request::{self, Req};
 use crate::client::types::{ClientInfo, Stat, WatchEvent};
 use crate::client::watches::{OnFire, WatchReg, WatchType};
@@ -36,7 +38,7 @@ impl Client {
             path,
             watch,
             |p, w| Req::Exists {
-                path: p.to_owned().into(),
+                path: p.into(),
                 watch: w,
             },
             |r| Ok(r.record().stat()?),
@@ -114,11 +116,11 @@ impl Client {
         &self,
         prefetch: &Prefetch,
         path: &str,
-    ) -> Option<Result<Vec<String>>> {
+    ) -> Option<Result<Names>> {
         let ticket = prefetch.0.lock().take()?;
         match self.wait(ticket, path, None) {
             Err(Error::ConnectionLoss) => None,
-            answer => Some(answer.and_then(|r| Ok(r.record().strs()?))),
+            answer => Some(answer.and_then(|r| Ok(r.record().names()?))),
         }
     }
 
@@ -127,7 +129,7 @@ impl Client {
             path,
             reg,
             |p, w| Req::GetData {
-                path: p.to_owned().into(),
+                path: p.into(),
                 watch: w,
             },
             |r| {
@@ -139,28 +141,39 @@ impl Client {
 
     /// The names of the node's children, unsorted.
     pub fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.children_inner(path, None)
+        self.children_inner(path, None, |r| Ok(r.record().strs()?))
     }
 
     /// Like [`children`](Self::children), and leaves a watch that reports into `tx` when a child
     /// is added or removed or the node is deleted.
     pub fn children_watch(&self, path: &str, tx: &Sender<WatchEvent>) -> Result<Vec<String>> {
-        self.children_inner(path, Some((WatchType::Child, tx)))
+        self.children_inner(path, Some((WatchType::Child, tx)), |r| {
+            Ok(r.record().strs()?)
+        })
     }
 
-    fn children_inner(
+    /// [`children`](Self::children) as [`Names`] (the lock core's listings), with a children
+    /// watch into `tx` if given.
+    pub(crate) fn child_names(&self, path: &str, tx: Option<&Sender<WatchEvent>>) -> Result<Names> {
+        self.children_inner(path, tx.map(|tx| (WatchType::Child, tx)), |r| {
+            Ok(r.record().names()?)
+        })
+    }
+
+    fn children_inner<T>(
         &self,
         path: &str,
         watch: Option<(WatchType, &Sender<WatchEvent>)>,
-    ) -> Result<Vec<String>> {
+        decode: impl Fn(&Reply) -> Result<T>,
+    ) -> Result<T> {
         self.read(
             path,
             watch,
             |p, w| Req::GetChildren {
-                path: p.to_owned().into(),
+                path: p.into(),
                 watch: w,
             },
-            |r| Ok(r.record().strs()?),
+            decode,
         )
     }
 
@@ -171,7 +184,7 @@ impl Client {
             path,
             None,
             |p, w| Req::GetChildren {
-                path: p.to_owned().into(),
+                path: p.into(),
                 watch: w,
             },
             |r| {
@@ -186,9 +199,7 @@ impl Client {
         self.read(
             path,
             None,
-            |p, _| Req::GetAllChildrenNumber {
-                path: p.to_owned().into(),
-            },
+            |p, _| Req::GetAllChildrenNumber { path: p.into() },
             |r| Ok(u32::try_from(r.record().i32()?).unwrap_or(0)),
         )
     }

@@ -22,7 +22,7 @@ impl Client {
             path,
             Some((kind, tx)),
             |p, w| Req::AddWatch {
-                path: p.to_owned().into(),
+                path: p.into(),
                 watch: w,
             },
             |_| Ok(()),
