@@ -99,10 +99,7 @@ impl Client {
             path: full_parent.as_ref().into(),
             watch: line_watch.map(|tx| WatchReg::new(&full_parent, WatchType::Child, tx)),
         };
-        let mut tickets = self.send(vec![create.outgoing(), list.outgoing()])?;
-        let (Some(listed), Some(ticket)) = (tickets.pop(), tickets.pop()) else {
-            return Err(Error::ConnectionLoss);
-        };
+        let [ticket, listed] = self.send([create.outgoing(), list.outgoing()])?;
         let session = ticket.session;
         // The server answers in order, so the listing's answer comes right after the create's:
         // waiting for the listing first wakes this thread once for both.
@@ -150,11 +147,8 @@ impl Client {
             path: &full,
             version: -1,
         };
-        let ticket = match self.send(vec![req.outgoing()]) {
-            Ok(mut t) => match t.pop() {
-                Some(t) => t,
-                None => return self.core.job(Job::Chore(chore)),
-            },
+        let ticket = match self.send([req.outgoing()]) {
+            Ok([t]) => t,
             Err(_) => return self.core.job(Job::Chore(chore)),
         };
         let answered = match self.deadline {
@@ -208,7 +202,7 @@ impl Client {
             hold: true,
             ..req.outgoing()
         };
-        self.send(vec![out]).is_ok()
+        self.send([out]).is_ok()
     }
 
     /// Stops watching a held node (it is being released).

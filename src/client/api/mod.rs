@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use log::warn;
 
-use super::conn::{Outgoing, Reply, Ticket};
+use super::conn::{Batch, Reply, Ticket};
 use super::request::Req;
 use super::session::{Core, Phase};
 use super::state::Subscription;
@@ -295,17 +295,18 @@ impl Client {
     /// Sends requests back to back, waiting for a connection at most until this handle's
     /// deadline, the connection timeout, or a session timeout after the connection went
     /// silent.
-    fn send(&self, frames: Vec<Outgoing>) -> Result<Vec<Ticket>> {
+    fn send<B: Batch>(&self, frames: B) -> Result<B::Tickets> {
         if self.core.is_closed() {
             return Err(Error::Closed);
         }
         let limit = self.core.config.max_request;
-        if let Some(size) = frames
-            .iter()
-            .map(|f| f.frame.len().saturating_sub(4))
-            .find(|&size| size > limit)
-        {
-            return Err(Error::RequestTooLarge { size, limit });
+        let mut count = 0;
+        for f in frames.frames() {
+            count += 1;
+            let size = f.len().saturating_sub(4);
+            if size > limit {
+                return Err(Error::RequestTooLarge { size, limit });
+            }
         }
         let now = Instant::now();
         let mut until = now + self.core.config.connection_timeout;
@@ -319,7 +320,7 @@ impl Client {
             self.core
                 .counters
                 .requests
-                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                .fetch_add(count, Ordering::Relaxed);
         }
         match self.core.outbox.send(frames, until, self.deadline) {
             Err(Error::ConnectionLoss) => Err(self.past_deadline(now, "a connection to ZooKeeper")),
@@ -357,10 +358,7 @@ impl Client {
     /// One request, one answer, and the session it ran under.
     fn request(&self, path: &str, req: &Req<'_>) -> Result<(Reply, SessionId)> {
         let watch = req.watch_reg();
-        let ticket = self
-            .send(vec![req.outgoing()])?
-            .pop()
-            .ok_or(Error::ConnectionLoss)?;
+        let [ticket] = self.send([req.outgoing()])?;
         let session = ticket.session;
         Ok((self.wait(ticket, path, watch.as_ref())?, session))
     }

@@ -335,7 +335,7 @@ impl Client {
     pub fn pipeline(&self, ops: &[Op]) -> Result<Vec<Result<OpResult>>> {
         let full = self.validate_ops(ops)?;
         let acl = &self.core.config.acl;
-        let frames = ops
+        let frames: Vec<_> = ops
             .iter()
             .zip(&full)
             .map(|(op, p)| Req::from_op(op, p, acl).outgoing())

@@ -95,11 +95,11 @@ impl Client {
             // answer up meanwhile, its own deadline too; see `Outbox::try_send` for a frame
             // that fits only in part). Without any of them, the waiter lists for itself.
             let now = Some(Instant::now());
-            if let Ok(Some(mut sent)) = core.outbox.try_send(vec![req.outgoing()], now) {
+            if let Ok(Some([sent])) = core.outbox.try_send([req.outgoing()], now) {
                 if counted {
                     core.counters.requests.fetch_add(1, Ordering::Relaxed);
                 }
-                *into.0.lock() = sent.pop();
+                *into.0.lock() = Some(sent);
             }
         });
         let mut reg = WatchReg::new(&self.full(path), WatchType::Data, tx);

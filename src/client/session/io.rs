@@ -579,7 +579,7 @@ impl Core {
                     heartbeat: true,
                     ..check
                 };
-                match self.outbox.try_send(vec![heartbeat], None) {
+                match self.outbox.try_send([heartbeat], None) {
                     Ok(Some(_)) => beat = false,
                     // A caller is writing: again on the next turn, soon.
                     Ok(None) => {

@@ -744,10 +744,8 @@ impl Core {
                 heartbeat: false,
                 hold: false,
             };
-            if let Ok(mut t) = self.outbox.send(vec![close], until, Some(until)) {
-                if let Some(t) = t.pop() {
-                    let _ = t.answer.wait(Some(until));
-                }
+            if let Ok([t]) = self.outbox.send([close], until, Some(until)) {
+                let _ = t.answer.wait(Some(until));
             }
         }
         self.outbox.shut(Error::Closed);
