@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
-use zk_recipes::{InterProcessMutex, InterProcessSemaphoreMutex, LeaderLatch};
+use zk_recipes::{InterProcessMutex, InterProcessSemaphoreMutex, LeaderLatch, LockOptions};
 
 /// Voluntary context switches (wake-ups after sleeping) of the library's threads, by thread id.
 fn wakeups() -> HashMap<String, (String, u64)> {
@@ -149,6 +149,70 @@ fn a_waiting_thread_reads_its_own_wake_up() {
             "the waiter's I/O thread woke {woke} times over {HANDOFFS} handoffs"
         );
     }
+}
+
+/// A waiter that is not next in line when it queues watches its predecessor and, when that
+/// goes, is sent the line's listing by whoever reads the notification. It reads that answer in
+/// the same turn as its wake-up: it does not give the turn back and take it again as a caller
+/// to read it. Each turn costs the I/O thread's registration a disarming and an arming (two
+/// system calls per contended acquisition; issue 22).
+///
+/// Counted per acquisition of the third in line: its create and listing (a turn), its watch
+/// (a turn) and its wait (a turn, in which the wake-up and the listing are read). The turn a
+/// caller took to read the prefetched listing made it four. Over TLS nobody but the I/O
+/// thread reads, and no turn is counted.
+#[test]
+fn a_waiter_reads_its_prefetched_listing_in_the_turn_of_its_wake_up() {
+    let s = server();
+    let session = Duration::from_secs(60);
+    let (first, second, third) = (
+        connect(&s.connect_string(), session),
+        connect(&s.connect_string(), session),
+        connect(&s.connect_string(), session),
+    );
+    let path = root("prefetch-turn");
+    let a = InterProcessMutex::new(&first, &path).unwrap();
+    let b = InterProcessMutex::new(&second, &path).unwrap();
+    let (watching, watch_set) = std::sync::mpsc::channel();
+    let watching = std::sync::Mutex::new(watching);
+    let options = LockOptions::new().testing_after_watch_set(move |_| {
+        let _ = watching.lock().unwrap().send(());
+    });
+    let c = InterProcessMutex::with_options(&third, &path, options).unwrap();
+    const ROUNDS: u64 = 10;
+    let before = third.testing_reader_turns();
+    for _ in 0..ROUNDS {
+        let held = a.acquire().unwrap();
+        std::thread::scope(|scope| {
+            let (release_b, b_released) = std::sync::mpsc::channel::<()>();
+            let b = &b;
+            let second_in_line = scope.spawn(move || {
+                let guard = b.acquire()?;
+                let _ = b_released.recv();
+                drop(guard);
+                Ok::<_, zk_recipes::Error>(())
+            });
+            wait_for(SOON, || {
+                (first.children(&path).ok()?.len() == 2).then_some(())
+            })
+            .expect("the second never queued");
+            let third_in_line = scope.spawn(|| c.acquire().map(drop));
+            // Its watch on the second is set before the second goes.
+            watch_set
+                .recv_timeout(SOON)
+                .expect("the third never watched");
+            drop(held);
+            release_b.send(()).unwrap();
+            second_in_line.join().unwrap().unwrap();
+            third_in_line.join().unwrap().unwrap();
+        });
+    }
+    // Its releases took a turn each as well (a delete and its answer).
+    let turns = third.testing_reader_turns() - before;
+    assert!(
+        turns <= ROUNDS * 4 + 2,
+        "the third in line took {turns} turns over {ROUNDS} acquisitions and releases"
+    );
 }
 
 /// Voluntary context switches of the calling thread.

@@ -180,24 +180,35 @@ fn an_expired_holder_knows_from_check_before_events_and_its_token_is_fenced_off(
     );
 }
 
-#[test]
-fn a_waiter_whose_session_is_lost_gets_an_error_and_leaves_no_node() {
+/// `used_before`: the waiter's lock was taken and released once first, so its wait listens on
+/// the subscription and channel the lock kept from then (they must hear this wait's news).
+#[rstest::rstest]
+#[case::first_use(false)]
+#[case::used_before(true)]
+fn a_waiter_whose_session_is_lost_gets_an_error_and_leaves_no_node(#[case] used_before: bool) {
     let f = faulty();
+    let path = if used_before {
+        "/lost-waiter-used"
+    } else {
+        "/lost-waiter"
+    };
     let holder_client = connect(&f.server.connect_string(), Duration::from_secs(10));
-    let holder = InterProcessMutex::new(&holder_client, "/lost-waiter").unwrap();
-    let _guard = holder.acquire().unwrap();
+    let holder = InterProcessMutex::new(&holder_client, path).unwrap();
     let waiter_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
     let sub = waiter_client.subscribe();
     let (tx, rx) = mpsc::channel();
     let (waiting_tx, waiting_rx) = mpsc::channel();
-    let c = waiter_client.clone();
+    // Cut only once the waiter waits (its create answered, its watch set): a cut before the
+    // create's answer is another case (no session to look for the node in).
+    let options = LockOptions::new().testing_after_watch_set(move |_| {
+        let _ = waiting_tx.send(());
+    });
+    let mutex = InterProcessMutex::with_options(&waiter_client, path, options).unwrap();
+    if used_before {
+        drop(mutex.acquire().unwrap());
+    }
+    let _guard = holder.acquire().unwrap();
     thread::spawn(move || {
-        // Cut only once the waiter waits (its create answered, its watch set): a cut before
-        // the create's answer is another case (no session to look for the node in).
-        let options = LockOptions::new().testing_after_watch_set(move |_| {
-            let _ = waiting_tx.send(());
-        });
-        let mutex = InterProcessMutex::with_options(&c, "/lost-waiter", options).unwrap();
         tx.send(mutex.acquire().map(|_| ())).unwrap();
     });
     waiting_rx
@@ -212,7 +223,7 @@ fn a_waiter_whose_session_is_lost_gets_an_error_and_leaves_no_node() {
     f.proxy.heal();
     while sub.recv_timeout(SOON).expect("no new session").state != ConnectionState::Connected {}
     wait_for(SOON, || {
-        (children(&holder_client, "/lost-waiter").len() == 1).then_some(())
+        (children(&holder_client, path).len() == 1).then_some(())
     })
     .expect("the lost waiter's node stayed");
 }

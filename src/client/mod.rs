@@ -33,6 +33,7 @@ pub use self::api::{Client, ClientMetrics, MAX_DATA_LEN};
 pub use self::builder::ClientBuilder;
 pub use self::ensemble::{EnsembleConfig, EnsembleMember, CONFIG_NODE};
 pub(crate) use self::proto::Names;
+pub(crate) use self::state::Parked;
 pub use self::state::{ConnectionState, StateEvent, Subscription};
 #[cfg(feature = "tls")]
 pub use self::tls::TlsOptions;

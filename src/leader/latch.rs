@@ -370,7 +370,7 @@ impl Inner {
                 };
                 match self
                     .core
-                    .wait(&wake_rx, states, token, deadline, Some(stop))
+                    .wait(&wake_rx, states, token, deadline, Some(stop), None)
                 {
                     Ok(Woke::Cancelled) => return true,
                     // A suspension read late (after we claimed again on the next connection)

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
 use log::{debug, warn};
+use parking_lot::Mutex;
 
 use super::lease::Lease;
 use super::metrics::Counters;
 use super::names::{sort_contenders, Contender, ProtectedId};
 use super::LockOptions;
 use crate::client::token::SessionToken;
-use crate::client::{Names, Prefetch, WatchKind};
+use crate::client::{Names, Parked, Prefetch, WatchKind};
 use crate::{paths, Client, ConnectionState, Error, Result, SessionId, Subscription, WatchEvent};
 
 /// The least time a timed acquire gives its create and first look at the line, however near
@@ -188,12 +189,26 @@ pub(crate) enum Woke {
     Cancelled,
 }
 
+/// What a waiting acquire listens on: the client's state changes, and the channel its watches
+/// report into. Kept by the lock between acquisitions (at most [`IDLE_KEPT`]): a channel costs
+/// several allocations the first time it is used, about a tenth of a contended acquisition's
+/// client instructions (callgrind; issue 22). Idle, the subscription is off the client's list
+/// and the channel watches nothing.
+struct Listening {
+    states: Parked,
+    wake: (Sender<WatchEvent>, Receiver<WatchEvent>),
+}
+
+/// Idle listening kits a lock keeps: as many threads as acquire it at once, up to this.
+const IDLE_KEPT: usize = 4;
+
 /// One lock path and how to contend on it.
 pub(crate) struct LockCore {
     pub client: Client,
     pub path: String,
     pub options: LockOptions,
     pub counters: Counters,
+    idle: Mutex<Vec<Listening>>,
 }
 
 impl LockCore {
@@ -210,7 +225,44 @@ impl LockCore {
             path: path.to_owned(),
             options,
             counters: Counters::default(),
+            idle: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A subscription and a wake channel for an acquire: kept ones if the lock has some and
+    /// the acquire does not watch the whole line (true in the third place if kept), else new.
+    fn listening(
+        &self,
+        line_watched: bool,
+    ) -> (
+        Subscription,
+        (Sender<WatchEvent>, Receiver<WatchEvent>),
+        bool,
+    ) {
+        if !line_watched {
+            while let Some(Listening { states, wake }) = self.idle.lock().pop() {
+                if let Some(states) = states.resume() {
+                    return (states, wake, true);
+                }
+            }
+        }
+        (self.client.subscribe(), unbounded(), false)
+    }
+
+    /// Keeps an acquire's subscription and wake channel for the next one, once its wait is
+    /// over and its watches taken back (whatever events may still come into the channel, the
+    /// next acquire drains: see `acquire_until_cancelled`).
+    fn keep_listening(
+        &self,
+        states: Subscription,
+        wake: (Sender<WatchEvent>, Receiver<WatchEvent>),
+    ) {
+        let mut idle = self.idle.lock();
+        if idle.len() < IDLE_KEPT {
+            if let Some(states) = states.park() {
+                idle.push(Listening { states, wake });
+            }
+        }
     }
 
     /// The client, bounded by `deadline` if there is one.
@@ -252,32 +304,45 @@ impl LockCore {
         // comes with it get at least MIN_ATTEMPT, however near the deadline (so a zero timeout
         // takes a free lock, as Curator's does). Waiting in line ends at the deadline itself.
         let attempt_until = deadline.map(|d| d.max(started + MIN_ATTEMPT));
+        let line_watched = wait && rule.watches_line();
         // Subscribed before anything is created, so no state change can slip past the wait.
-        let states = self.client.subscribe();
         // The wake channel exists before any watch is set: a watch that fires at once finds
         // it, so the wake-up cannot be missed (the seed article's race). A rule that waits on
-        // the whole line gets its watch with the listing that goes out with our create.
-        let wake = unbounded();
-        let line_watch = (wait && rule.watches_line()).then_some(&wake.0);
+        // the whole line gets its watch with the listing that goes out with our create, on a
+        // new channel (see the drain below).
+        let (states, wake, kept) = self.listening(line_watched);
+        let line_watch = line_watched.then_some(&wake.0);
         // The token of the wait: a break in the connection while we wait is no loss (we
         // re-check after it); only the hold's own token, made at grant time, may count one.
-        let (mut node, token) =
-            match self.enter_watching(lock_name, attempt_until, line_watch, false) {
-                Ok(v) => v,
-                Err(e) => {
-                    if line_watch.is_some() {
-                        self.client.forget_watch(&self.path, &wake.0);
-                    }
-                    if matches!(e, Error::Timeout { .. }) {
-                        self.counters.timed_out();
-                        return Ok(None);
-                    }
-                    return Err(e);
+        let entered = self.enter_watching(lock_name, attempt_until, line_watch, false);
+        if kept {
+            // A kept channel may hold, or still be sent, wake-ups of the acquire that used it
+            // last, for watches it had set and took back: one fired just before it was taken
+            // back is sent by whoever read its notification, before that reader takes the next
+            // frame. Our create's answer is a later frame, so by now every such event is in
+            // the channel, and none of ours can be (no watch of ours is set yet: a kept
+            // channel is never a line watch's).
+            while wake.1.try_recv().is_ok() {}
+        }
+        let (mut node, token) = match entered {
+            Ok(v) => v,
+            Err(e) => {
+                if line_watch.is_some() {
+                    self.client.forget_watch(&self.path, &wake.0);
                 }
-            };
-        match self.wait_for_turn(
-            &mut node, rule, deadline, wait, &states, &token, cancel, wake,
-        ) {
+                self.keep_listening(states, wake);
+                if matches!(e, Error::Timeout { .. }) {
+                    self.counters.timed_out();
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+        };
+        let turn = self.wait_for_turn(
+            &mut node, rule, deadline, wait, &states, &token, cancel, &wake,
+        );
+        self.keep_listening(states, wake);
+        match turn {
             Ok(true) => {
                 let Some(token) = self.hold_token(&node, token) else {
                     self.leave(&node, deadline);
@@ -652,9 +717,9 @@ impl LockCore {
         states: &Subscription,
         token: &SessionToken,
         cancel: Option<&Receiver<()>>,
-        (wake_tx, wake_rx): (Sender<WatchEvent>, Receiver<WatchEvent>),
+        (wake_tx, wake_rx): &(Sender<WatchEvent>, Receiver<WatchEvent>),
     ) -> Result<bool> {
-        let mut watches = WatchGuard::new(&self.client, &wake_tx);
+        let mut watches = WatchGuard::new(&self.client, wake_tx);
         let watch_line = wait && rule.watches_line();
         if node.line_watched {
             watches.watching(&self.path);
@@ -670,7 +735,7 @@ impl LockCore {
             let listed = if let Some(line) = first.take() {
                 Ok(line)
             } else if watch_line {
-                self.line(deadline, Some(&wake_tx))
+                self.line(deadline, Some(wake_tx))
             } else {
                 self.line_after(prefetch.take(), deadline)
             };
@@ -701,10 +766,10 @@ impl LockCore {
                     let client = self.client_until(deadline);
                     let set = if sole_blocker && self.options.fast_handoff {
                         // Its deletion hands us the lock without another listing.
-                        client.data_watch(&watched, &wake_tx).map(|_| None)
+                        client.data_watch(&watched, wake_tx).map(|_| None)
                     } else {
                         client
-                            .data_watch_then_list(&watched, &wake_tx, &self.path)
+                            .data_watch_then_list(&watched, wake_tx, &self.path)
                             .map(Some)
                     };
                     match set {
@@ -724,7 +789,14 @@ impl LockCore {
                 }
             };
             let woke = loop {
-                match self.wait(&wake_rx, states, token, deadline, cancel)? {
+                match self.wait(
+                    wake_rx,
+                    states,
+                    token,
+                    deadline,
+                    cancel,
+                    prefetch.as_deref(),
+                )? {
                     // Wait for the verdict.
                     Woke::Suspended => continue,
                     woke => break woke,
@@ -763,6 +835,10 @@ impl LockCore {
     /// (published during the handshake, before the connection is installed); the deadline
     /// bounds the read. A cancel channel could fire unseen, so a cancellable wait leaves the
     /// reading to others.
+    ///
+    /// `prefetch`: the listing the reader sends when the watched node goes. Once the wake-up
+    /// is in, the read goes on until that listing's answer is in too (it is on its way), so
+    /// the next look at the line finds it read and takes no turn of its own.
     pub fn wait(
         &self,
         wake: &Receiver<WatchEvent>,
@@ -770,6 +846,7 @@ impl LockCore {
         token: &SessionToken,
         deadline: Option<Instant>,
         cancel: Option<&Receiver<()>>,
+        prefetch: Option<&Prefetch>,
     ) -> Result<Woke> {
         let timer = match deadline {
             Some(d) => after(d.saturating_duration_since(Instant::now())),
@@ -780,8 +857,12 @@ impl LockCore {
         loop {
             if cancel.is_none() {
                 let states = states.receiver();
-                self.client
-                    .read_until(|| !wake.is_empty() || !states.is_empty(), deadline);
+                let listing_due = || prefetch.is_some_and(Prefetch::pending);
+                self.client.read_until(
+                    || !states.is_empty() || (!wake.is_empty() && !listing_due()),
+                    || !wake.is_empty(),
+                    deadline,
+                );
             }
             select! {
                 recv(wake) -> e => return Ok(e.map_or(Woke::Recheck, Woke::Event)),

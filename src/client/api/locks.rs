@@ -135,9 +135,12 @@ impl Client {
     /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what
     /// cannot finish by then is finished by the janitor while the session lives.
     pub(crate) fn remove_own(&self, path: &str, session: SessionId) {
-        let chore = Chore::Delete {
-            path: path.to_owned(),
-            session,
+        // Made only when needed: every release passes here.
+        let chore = || {
+            Job::Chore(Chore::Delete {
+                path: path.to_owned(),
+                session,
+            })
         };
         if paths::validate(path, false).is_err() || self.session_id() != Some(session) {
             return;
@@ -149,7 +152,7 @@ impl Client {
         };
         let ticket = match self.send([req.outgoing()]) {
             Ok([t]) => t,
-            Err(_) => return self.core.job(Job::Chore(chore)),
+            Err(_) => return self.core.job(chore()),
         };
         let answered = match self.deadline {
             Some(d) => ticket.answer.ready(d),
@@ -167,7 +170,7 @@ impl Client {
         match self.wait(ticket, path, None) {
             Ok(_) => {}
             Err(e) if e.is_no_node() => {}
-            Err(_) => self.core.job(Job::Chore(chore)),
+            Err(_) => self.core.job(chore()),
         }
     }
 
@@ -223,8 +226,13 @@ impl Client {
 
     /// Reads the connection on this thread while no one else does, until `done` (checked
     /// before each frame) or `until`; see `Core::read_until`.
-    pub(crate) fn read_until(&self, done: impl Fn() -> bool, until: Option<Instant>) {
-        self.core.read_until(done, until);
+    pub(crate) fn read_until(
+        &self,
+        done: impl Fn() -> bool,
+        due: impl Fn() -> bool,
+        until: Option<Instant>,
+    ) {
+        self.core.read_until(done, due, until);
     }
 
     /// Takes `tx` off the watches at `path` (a waiter that gives up).
@@ -245,5 +253,13 @@ impl Client {
     #[doc(hidden)]
     pub fn testing_watch_count(&self) -> usize {
         self.core.watch_count()
+    }
+
+    /// Test hook: how many turns to read the connection this client's callers and waiters
+    /// have taken (the I/O thread's are not counted).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_reader_turns(&self) -> u64 {
+        self.core.reader_turns()
     }
 }

@@ -81,6 +81,14 @@ pub struct ClientMetrics {
 #[derive(Default)]
 pub(crate) struct Prefetch(parking_lot::Mutex<Option<Ticket>>);
 
+impl Prefetch {
+    /// True while the listing went out and its answer has not come: a waiter whose watch
+    /// fired then reads on until it comes (see `Client::read_until`).
+    pub fn pending(&self) -> bool {
+        self.0.lock().as_ref().is_some_and(|t| !t.answer.is_ready())
+    }
+}
+
 /// Largest node data ZooKeeper accepts with its default `jute.maxbuffer`.
 pub const MAX_DATA_LEN: usize = 1024 * 1024;
 

@@ -342,10 +342,16 @@ impl Core {
     /// caller needs the turn: a thread that waits for a watch reads its own notification, so
     /// that no second thread wakes to hand it over (see `turn`). Returns at once if someone
     /// else reads; `done` must turn true on whatever else should end the caller's wait and
-    /// is not a frame or the connection's end.
-    pub fn read_until(&self, done: impl Fn() -> bool, until: Option<Instant>) {
+    /// is not a frame or the connection's end. Once `due`, what is still awaited is an answer
+    /// on its way, read as a caller reads (see `turn::Reading::waiter_turn`).
+    pub fn read_until(
+        &self,
+        done: impl Fn() -> bool,
+        due: impl Fn() -> bool,
+        until: Option<Instant>,
+    ) {
         self.reading
-            .waiter_turn(done, until, |frame| self.take_frame(frame));
+            .waiter_turn(done, due, until, |frame| self.take_frame(frame));
     }
 
     /// Hands the event thread a request nobody waits for any more: when it is answered (or
@@ -606,6 +612,12 @@ impl Core {
     #[cfg(feature = "testing")]
     pub fn watch_count(&self) -> usize {
         self.watches.lock().len()
+    }
+
+    /// Turns to read the connection taken by callers and waiters.
+    #[cfg(feature = "testing")]
+    pub fn reader_turns(&self) -> u64 {
+        self.reading.claims()
     }
 
     /// Sends `scheme` credentials on the current connection and waits for the server's

@@ -82,6 +82,8 @@ struct Turn {
     wanted: bool,
     /// Moves with every install and uninstall: a claim made before one is void after it.
     installed: u64,
+    /// Turns taken by callers and waiters (for the tests that count them).
+    claims: u64,
 }
 
 /// The connection's read side, with the reader of the moment.
@@ -188,6 +190,7 @@ impl Reading {
                 unread: false,
                 wanted: false,
                 installed: 0,
+                claims: 0,
             }),
             freed: Condvar::new(),
             side: Mutex::new(None),
@@ -233,6 +236,7 @@ impl Reading {
             unread: true,
             wanted: false,
             installed: turn.installed.wrapping_add(1),
+            claims: turn.claims,
         };
     }
 
@@ -388,9 +392,17 @@ impl Reading {
     /// one system call more per frame than a caller's blocking read: a waiter reads rarely
     /// (its notification, or what came with it), and a caller that needs the turn to read its
     /// own answer gets it within a frame instead of waking the waiter for every answer.
+    ///
+    /// Once `due` (what ends the wait is an answer already on its way: the listing sent as
+    /// its watch fired), it reads as a caller does, blocking, without the poll, and keeps the
+    /// turn until `done`: the answer is read in the same turn as the notification, where
+    /// giving the turn back and taking it again as a caller cost the I/O thread's registration
+    /// an arming and a disarming (two system calls per contended acquisition). A caller that
+    /// asks for the turn meanwhile has it after the frame being read, which is due.
     pub fn waiter_turn(
         &self,
         done: impl Fn() -> bool,
+        due: impl Fn() -> bool,
         until: Option<Instant>,
         mut take: impl FnMut(Vec<u8>) -> Result<(), String>,
     ) -> bool {
@@ -427,6 +439,16 @@ impl Reading {
                     break;
                 }
                 let bound = until.map_or(now + s.patience, |u| u.min(now + s.patience));
+                if due() {
+                    if self.turn.lock().wanted {
+                        break;
+                    }
+                    if let Err(why) = s.take_next(bound, &mut take) {
+                        failed = Some(why);
+                        break;
+                    }
+                    continue;
+                }
                 match waiters.wait(&sock, bound.saturating_duration_since(now)) {
                     Ok(Ready::Asked) => break,
                     Ok(Ready::Nothing) => {}
@@ -503,6 +525,7 @@ impl Reading {
                 turn.armed = false;
             }
             turn.holder = holder;
+            turn.claims += 1;
             turn.installed
         };
         // The I/O thread may still be giving its turn back: a moment.
@@ -514,6 +537,12 @@ impl Reading {
             return None;
         }
         Some(side)
+    }
+
+    /// How many turns callers and waiters have taken.
+    #[cfg(feature = "testing")]
+    pub fn claims(&self) -> u64 {
+        self.turn.lock().claims
     }
 
     /// A caller gives the turn back, and the registration is armed again. A failure goes to
@@ -797,6 +826,7 @@ mod tests {
             let waiter = s.spawn(move || {
                 reading.waiter_turn(
                     || stop.load(std::sync::atomic::Ordering::SeqCst),
+                    || false,
                     None,
                     |_| Ok(()),
                 )
