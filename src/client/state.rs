@@ -105,7 +105,12 @@ impl Subscribers {
     pub fn subscribe(&self) -> Subscription {
         let (tx, rx) = crossbeam_channel::unbounded();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.list.lock().subs.push((id, tx));
+        let mut list = self.list.lock();
+        // After the client closed, a subscription's channel has ended already.
+        if !list.closed {
+            list.subs.push((id, tx));
+        }
+        drop(list);
         Subscription {
             rx,
             id,
@@ -255,6 +260,14 @@ mod tests {
         let closed = subs.subscribe();
         subs.clear();
         assert!(closed.park().is_none());
+        // A subscription made after the client closed has ended too (a reviewer's finding:
+        // it waited for ever).
+        let late = subs.subscribe();
+        assert_eq!(
+            late.rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        );
+        assert_eq!(subs.len(), 0);
     }
 
     #[test]

@@ -251,12 +251,18 @@ impl LockCore {
 
     /// Keeps an acquire's subscription and wake channel for the next one, once its wait is
     /// over and its watches taken back (whatever events may still come into the channel, the
-    /// next acquire drains: see `acquire_until_cancelled`).
+    /// next acquire drains: see `acquire_until_cancelled`). Not those of an acquire that
+    /// watched the whole line: such acquires make their own, so kits they kept would serve
+    /// only the lock's acquires that do not wait (a reviewer's finding).
     fn keep_listening(
         &self,
         states: Subscription,
         wake: (Sender<WatchEvent>, Receiver<WatchEvent>),
+        line_watched: bool,
     ) {
+        if line_watched {
+            return;
+        }
         let mut idle = self.idle.lock();
         if idle.len() < IDLE_KEPT {
             if let Some(states) = states.park() {
@@ -330,7 +336,7 @@ impl LockCore {
                 if line_watch.is_some() {
                     self.client.forget_watch(&self.path, &wake.0);
                 }
-                self.keep_listening(states, wake);
+                self.keep_listening(states, wake, line_watched);
                 if matches!(e, Error::Timeout { .. }) {
                     self.counters.timed_out();
                     return Ok(None);
@@ -341,7 +347,7 @@ impl LockCore {
         let turn = self.wait_for_turn(
             &mut node, rule, deadline, wait, &states, &token, cancel, &wake,
         );
-        self.keep_listening(states, wake);
+        self.keep_listening(states, wake, line_watched);
         match turn {
             Ok(true) => {
                 let Some(token) = self.hold_token(&node, token) else {

@@ -358,7 +358,7 @@ impl Reading {
     ) -> bool {
         let Some(mut side) = self
             .claim(Holder::Caller)
-            .or_else(|| self.ask_the_waiter(until))
+            .or_else(|| self.ask_the_waiter(&done, until))
         else {
             return false;
         };
@@ -473,8 +473,14 @@ impl Reading {
     }
 
     /// The turn from a waiter that reads: asked for, and taken once it is given back (within
-    /// a frame), unless `until` comes first or someone else takes it meanwhile.
-    fn ask_the_waiter(&self, until: Option<Instant>) -> Option<MutexGuard<'_, Option<Side>>> {
+    /// a frame), unless `until` comes first, someone else takes it meanwhile, or the caller is
+    /// `done` (the waiter read its answer: a waiter reading on for an answer of its own takes
+    /// the next frame before it looks whether it is asked, and that frame may be far off).
+    fn ask_the_waiter(
+        &self,
+        done: &impl Fn() -> bool,
+        until: Option<Instant>,
+    ) -> Option<MutexGuard<'_, Option<Side>>> {
         let waiters = self.waiters.get()?.as_ref()?;
         if until.is_some_and(|u| Instant::now() >= u) {
             // Too late to read for ourselves: asking would only send the waiter away.
@@ -486,6 +492,9 @@ impl Reading {
                 return None;
             }
             while turn.holder == Holder::Waiter {
+                if done() {
+                    return None;
+                }
                 // Asked again whenever the waiter reading is not asked yet: another waiter may
                 // have taken the turn between the one asked giving it back and this caller
                 // looking (a reviewer's finding: the caller then waited for it unasked, for
@@ -747,6 +756,37 @@ mod tests {
             std::thread::yield_now();
         }
         true
+    }
+
+    /// A caller whose answer the waiter reading has already read does not ask that waiter for
+    /// the turn, nor wait for it (a reviewer's finding: a waiter reading on for the listing its
+    /// watch sent looks whether it is asked only after its next frame, which may be far off).
+    #[test]
+    fn a_caller_whose_answer_is_in_does_not_wait_for_the_waiter() {
+        let (near, _far_end) = crate::testing::unread_pair().unwrap();
+        let reading = Reading::new();
+        reading.install(
+            crate::client::link::plain(Arc::new(near)).0,
+            FrameReader::new(),
+            Duration::from_secs(60),
+        );
+        let waiters = reading
+            .waiters
+            .get_or_init(|| WaiterPoller::new().ok())
+            .as_ref()
+            .unwrap();
+        reading.turn.lock().holder = Holder::Waiter;
+        // Read between the caller's look at its answer and its asking: done at once.
+        let read = reading.caller_turn(
+            || true,
+            Some(Instant::now() + Duration::from_secs(2)),
+            |_| Ok(()),
+        );
+        assert!(!read, "the caller read though a waiter held the turn");
+        assert!(
+            !waiters.is_asked(),
+            "the caller asked for a turn it no longer needed"
+        );
     }
 
     /// A caller that asked a waiter for the turn asks again when, as the first waiter gave it
