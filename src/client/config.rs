@@ -48,6 +48,16 @@ impl Config {
 }
 
 /// `full` without the client's chroot and namespace.
+/// [`strip`] of a path already owned: without a chroot or namespace it is returned as it is,
+/// not copied (a created node's path, a notification's).
+pub(crate) fn strip_owned(prefix: &str, full: String) -> String {
+    if prefix.is_empty() && !full.is_empty() {
+        full
+    } else {
+        strip(prefix, &full)
+    }
+}
+
 pub(crate) fn strip(prefix: &str, full: &str) -> String {
     match full.strip_prefix(prefix) {
         Some("") => "/".to_owned(),
@@ -62,6 +72,15 @@ mod tests {
 
     #[test]
     fn prefix_is_stripped_from_returned_paths() {
+        for (prefix, full) in [
+            ("/ns", "/ns/a"),
+            ("/ns", "/ns"),
+            ("", "/a"),
+            ("", ""),
+            ("/ns", "/nsx"),
+        ] {
+            assert_eq!(strip_owned(prefix, full.to_owned()), strip(prefix, full));
+        }
         assert_eq!(strip("/ns", "/ns/a"), "/a");
         assert_eq!(strip("/ns", "/ns"), "/");
         assert_eq!(strip("", "/a"), "/a");

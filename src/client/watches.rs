@@ -239,15 +239,23 @@ impl Registry {
             WatchKind::Other | WatchKind::SessionLost | WatchKind::Closed => &[],
         };
         let mut out = Vec::new();
-        if let Some(at) = self.map.get_mut(n.path.as_str()) {
+        // Taken out and put back only if something is left (one lookup for the usual event,
+        // which fires the path's only watcher).
+        if let Some((path, mut at)) = self.map.remove_entry(n.path.as_str()) {
             for kind in one_shot {
-                out.append(&mut at.lists[kind.index()]);
+                let fired = &mut at.lists[kind.index()];
+                if out.is_empty() {
+                    // The list itself, not a copy of it.
+                    out = std::mem::take(fired);
+                } else {
+                    out.append(fired);
+                }
             }
             if n.kind != WatchKind::Other {
                 out.extend(at.lists[Persistent.index()].iter().cloned());
             }
-            if at.is_empty() {
-                self.map.remove(n.path.as_str());
+            if !at.is_empty() {
+                self.map.insert(path, at);
             }
         }
         if self.recursive > 0 && n.kind != WatchKind::ChildrenChanged && n.kind != WatchKind::Other

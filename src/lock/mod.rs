@@ -28,7 +28,6 @@ mod rwlock;
 mod semaphore;
 mod while_held;
 
-#[cfg(feature = "testing")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +48,7 @@ pub use self::while_held::WhileHeld;
 /// How a lock behaves; the defaults suit most uses.
 #[derive(Clone)]
 pub struct LockOptions {
-    holder_id: Option<String>,
+    holder_id: Option<Arc<str>>,
     acl: Option<Vec<crate::acl::Acl>>,
     lost_on_suspend: bool,
     fast_handoff: bool,
@@ -93,7 +92,7 @@ impl LockOptions {
     /// The text stored in our lock node, which others read with `current_holder()`. Default:
     /// `host:pid:thread`.
     pub fn holder_id(mut self, id: impl Into<String>) -> Self {
-        self.holder_id = Some(id.into());
+        self.holder_id = Some(Arc::from(id.into()));
         self
     }
 
@@ -132,7 +131,8 @@ impl LockOptions {
         self.acl.as_deref().unwrap_or_else(|| client.default_acl())
     }
 
-    pub(crate) fn holder_id_text(&self) -> String {
+    /// The holder id to write into the node: shared, not copied, per acquisition.
+    pub(crate) fn holder_id_text(&self) -> Arc<str> {
         self.holder_id.clone().unwrap_or_else(default_holder_id)
     }
 
@@ -179,11 +179,11 @@ impl TestHooks {
     }
 }
 
-fn default_holder_id() -> String {
+fn default_holder_id() -> Arc<str> {
     // Kept per thread, made again only when the process id changed (a forked child): the
     // formatting would otherwise be redone on every acquisition.
     thread_local! {
-        static ID: std::cell::RefCell<Option<(u32, String)>> = const { std::cell::RefCell::new(None) };
+        static ID: std::cell::RefCell<Option<(u32, Arc<str>)>> = const { std::cell::RefCell::new(None) };
     }
     let pid = std::process::id();
     let make = || {
@@ -191,7 +191,7 @@ fn default_holder_id() -> String {
         let name = thread
             .name()
             .map_or_else(|| format!("{:?}", thread.id()), str::to_owned);
-        format!("{}:{pid}:{name}", host())
+        Arc::<str>::from(format!("{}:{pid}:{name}", host()))
     };
     ID.try_with(|id| {
         let mut id = id.borrow_mut();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::acl::Acl;
-use crate::client::config::strip;
+use crate::client::config::strip_owned;
 use crate::client::conn::Outgoing;
 use crate::client::events::{Chore, Job, Then};
 use crate::client::proto::Names;
@@ -129,7 +129,11 @@ impl Client {
                 .and_then(|r| r.record().names().ok()),
             _ => None,
         };
-        Ok((strip(&self.core.config.prefix, &created), session, line))
+        Ok((
+            strip_owned(&self.core.config.prefix, created),
+            session,
+            line,
+        ))
     }
 
     /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what

@@ -103,7 +103,7 @@ impl Core {
                         .fetch_add(to.len() as u64, Ordering::Relaxed);
                     let event = WatchEvent {
                         kind: n.kind,
-                        path: strip(&self.config.prefix, &n.path),
+                        path: strip_owned(&self.config.prefix, n.path),
                     };
                     // An unbounded channel never blocks: it gets the event from here, one
                     // thread hop sooner (a lock's waiter wakes at once). A bounded one may be

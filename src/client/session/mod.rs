@@ -25,7 +25,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::config::{strip, Config};
+use super::config::{strip, strip_owned, Config};
 use super::conn::{self, Anchors, FrameReader, Outbox, Outgoing};
 use super::dial::{bound, resolve};
 use super::events::{Job, Then};
