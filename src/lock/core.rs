@@ -3,6 +3,7 @@
 //!
 //! A recipe supplies its node name and a [`Rule`]; everything else is here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -209,6 +210,10 @@ pub(crate) struct LockCore {
     pub options: LockOptions,
     pub counters: Counters,
     idle: Mutex<Vec<Listening>>,
+    /// Set by the first acquire to end: kits are kept from the second on, so that a lock
+    /// made for one acquire (a writer per partition making a mutex per use) pays nothing for
+    /// a kit no one will take.
+    used: AtomicBool,
 }
 
 impl LockCore {
@@ -226,6 +231,7 @@ impl LockCore {
             options,
             counters: Counters::default(),
             idle: Mutex::new(Vec::new()),
+            used: AtomicBool::new(false),
         })
     }
 
@@ -253,14 +259,16 @@ impl LockCore {
     /// over and its watches taken back (whatever events may still come into the channel, the
     /// next acquire drains: see `acquire_until_cancelled`). Not those of an acquire that
     /// watched the whole line: such acquires make their own, so kits they kept would serve
-    /// only the lock's acquires that do not wait (a reviewer's finding).
+    /// only the lock's acquires that do not wait (a reviewer's finding). Nor those of a lock's
+    /// first acquire (see `used`): the many-locks bench makes a mutex per acquisition, and
+    /// parking a kit there only took the client's subscriber lock once more.
     fn keep_listening(
         &self,
         states: Subscription,
         wake: (Sender<WatchEvent>, Receiver<WatchEvent>),
         line_watched: bool,
     ) {
-        if line_watched {
+        if line_watched || !self.used.swap(true, Ordering::Relaxed) {
             return;
         }
         let mut idle = self.idle.lock();
