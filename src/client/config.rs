@@ -47,7 +47,6 @@ impl Config {
     }
 }
 
-/// `full` without the client's chroot and namespace.
 /// [`strip`] of a path already owned: without a chroot or namespace it is returned as it is,
 /// not copied (a created node's path, a notification's).
 pub(crate) fn strip_owned(prefix: &str, full: String) -> String {
@@ -58,6 +57,7 @@ pub(crate) fn strip_owned(prefix: &str, full: String) -> String {
     }
 }
 
+/// `full` without the client's chroot and namespace.
 pub(crate) fn strip(prefix: &str, full: &str) -> String {
     match full.strip_prefix(prefix) {
         Some("") => "/".to_owned(),

@@ -83,6 +83,7 @@ struct Turn {
     /// Moves with every install and uninstall: a claim made before one is void after it.
     installed: u64,
     /// Turns taken by callers and waiters (for the tests that count them).
+    #[cfg(any(test, feature = "testing"))]
     claims: u64,
 }
 
@@ -190,6 +191,7 @@ impl Reading {
                 unread: false,
                 wanted: false,
                 installed: 0,
+                #[cfg(any(test, feature = "testing"))]
                 claims: 0,
             }),
             freed: Condvar::new(),
@@ -236,6 +238,7 @@ impl Reading {
             unread: true,
             wanted: false,
             installed: turn.installed.wrapping_add(1),
+            #[cfg(any(test, feature = "testing"))]
             claims: turn.claims,
         };
     }
@@ -516,6 +519,12 @@ impl Reading {
                 }
             }
         }
+        // The frame the waiter finished before it gave the turn back may have been our
+        // answer: then there is nothing to read (a claim would disarm and arm the I/O
+        // thread's registration for nothing).
+        if done() {
+            return None;
+        }
         self.claim(Holder::Caller)
     }
 
@@ -534,7 +543,10 @@ impl Reading {
                 turn.armed = false;
             }
             turn.holder = holder;
-            turn.claims += 1;
+            #[cfg(any(test, feature = "testing"))]
+            {
+                turn.claims += 1;
+            }
             turn.installed
         };
         // The I/O thread may still be giving its turn back: a moment.
@@ -789,6 +801,54 @@ mod tests {
         );
     }
 
+    /// A caller that asked a waiter for the turn, and whose answer that waiter read before it
+    /// gave the turn back, does not take the turn: there is nothing left to read (a claim
+    /// would disarm and arm the I/O thread's registration for nothing; a reviewer's finding).
+    #[test]
+    fn a_caller_answered_while_it_asked_takes_no_turn() {
+        let (near, _far_end) = crate::testing::unread_pair().unwrap();
+        let reading = Reading::new();
+        reading.install(
+            crate::client::link::plain(Arc::new(near)).0,
+            FrameReader::new(),
+            Duration::from_secs(60),
+        );
+        let waiters = reading
+            .waiters
+            .get_or_init(|| WaiterPoller::new().ok())
+            .as_ref()
+            .unwrap();
+        reading.turn.lock().holder = Holder::Waiter;
+        let claims = reading.turn.lock().claims;
+        let answered = std::sync::atomic::AtomicBool::new(false);
+        let answered = &answered;
+        std::thread::scope(|s| {
+            let reading = &reading;
+            let caller = s.spawn(move || {
+                reading.caller_turn(
+                    || answered.load(std::sync::atomic::Ordering::SeqCst),
+                    None,
+                    |_| Ok(()),
+                )
+            });
+            assert!(eventually(|| waiters.is_asked()), "never asked");
+            {
+                // The waiter reads the caller's answer, then gives the turn back as asked.
+                let mut turn = reading.turn.lock();
+                answered.store(true, std::sync::atomic::Ordering::SeqCst);
+                turn.holder = Holder::Free;
+                turn.wanted = false;
+                waiters.unpoke();
+            }
+            reading.freed.notify_all();
+            assert!(
+                !caller.join().unwrap(),
+                "the caller took a turn with its answer in"
+            );
+        });
+        assert_eq!(reading.turn.lock().claims, claims);
+    }
+
     /// A caller that asked a waiter for the turn asks again when, as the first waiter gave it
     /// back, a second waiter took it before the caller looked (a reviewer's finding: the
     /// caller waited unasked for as long as the second waiter's wait, which can be for ever).
@@ -831,7 +891,8 @@ mod tests {
             }
             reading.freed.notify_all();
             let asked_again = eventually(|| waiters.is_asked());
-            // The second waiter gives the turn back; the caller's answer is there.
+            // The second waiter gives the turn back, having read the caller's answer: the
+            // caller returns, with nothing left to read.
             {
                 let mut turn = reading.turn.lock();
                 turn.holder = Holder::Free;
@@ -840,7 +901,10 @@ mod tests {
             }
             answered.store(true, std::sync::atomic::Ordering::SeqCst);
             reading.freed.notify_all();
-            assert!(caller.join().unwrap(), "the caller never read");
+            assert!(
+                !caller.join().unwrap(),
+                "the caller read with its answer in"
+            );
             assert!(asked_again, "the second waiter was never asked");
         });
     }
