@@ -770,24 +770,51 @@ mod tests {
         true
     }
 
-    /// A caller whose answer the waiter reading has already read does not ask that waiter for
-    /// the turn, nor wait for it (a reviewer's finding: a waiter reading on for the listing its
-    /// watch sent looks whether it is asked only after its next frame, which may be far off).
-    #[test]
-    fn a_caller_whose_answer_is_in_does_not_wait_for_the_waiter() {
-        let (near, _far_end) = crate::testing::unread_pair().unwrap();
+    /// A connection whose far end never writes, its turn held by a waiter (the waiters'
+    /// poller made), and the far end, to be kept open.
+    fn read_by_a_waiter() -> (Reading, std::net::TcpStream) {
+        let (near, far_end) = crate::testing::unread_pair().unwrap();
         let reading = Reading::new();
         reading.install(
             crate::client::link::plain(Arc::new(near)).0,
             FrameReader::new(),
             Duration::from_secs(60),
         );
-        let waiters = reading
-            .waiters
-            .get_or_init(|| WaiterPoller::new().ok())
-            .as_ref()
-            .unwrap();
+        reading.waiters.get_or_init(|| WaiterPoller::new().ok());
         reading.turn.lock().holder = Holder::Waiter;
+        (reading, far_end)
+    }
+
+    fn waiters_of(reading: &Reading) -> &WaiterPoller {
+        reading.waiters.get().unwrap().as_ref().unwrap()
+    }
+
+    /// A caller of `reading` whose answer is in once `answered`, spawned in `s`; returned
+    /// once it has asked the waiter holding the turn for it.
+    fn asking_caller<'s>(
+        s: &'s std::thread::Scope<'s, '_>,
+        reading: &'s Reading,
+        answered: &'s std::sync::atomic::AtomicBool,
+        waiters: &WaiterPoller,
+    ) -> std::thread::ScopedJoinHandle<'s, bool> {
+        let caller = s.spawn(move || {
+            reading.caller_turn(
+                || answered.load(std::sync::atomic::Ordering::SeqCst),
+                None,
+                |_| Ok(()),
+            )
+        });
+        assert!(eventually(|| waiters.is_asked()), "never asked");
+        caller
+    }
+
+    /// A caller whose answer the waiter reading has already read does not ask that waiter for
+    /// the turn, nor wait for it (a reviewer's finding: a waiter reading on for the listing its
+    /// watch sent looks whether it is asked only after its next frame, which may be far off).
+    #[test]
+    fn a_caller_whose_answer_is_in_does_not_wait_for_the_waiter() {
+        let (reading, _far_end) = read_by_a_waiter();
+        let waiters = waiters_of(&reading);
         // Read between the caller's look at its answer and its asking: done at once.
         let read = reading.caller_turn(
             || true,
@@ -806,32 +833,14 @@ mod tests {
     /// would disarm and arm the I/O thread's registration for nothing; a reviewer's finding).
     #[test]
     fn a_caller_answered_while_it_asked_takes_no_turn() {
-        let (near, _far_end) = crate::testing::unread_pair().unwrap();
-        let reading = Reading::new();
-        reading.install(
-            crate::client::link::plain(Arc::new(near)).0,
-            FrameReader::new(),
-            Duration::from_secs(60),
-        );
-        let waiters = reading
-            .waiters
-            .get_or_init(|| WaiterPoller::new().ok())
-            .as_ref()
-            .unwrap();
-        reading.turn.lock().holder = Holder::Waiter;
+        let (reading, _far_end) = read_by_a_waiter();
+        let waiters = waiters_of(&reading);
         let claims = reading.turn.lock().claims;
         let answered = std::sync::atomic::AtomicBool::new(false);
         let answered = &answered;
         std::thread::scope(|s| {
             let reading = &reading;
-            let caller = s.spawn(move || {
-                reading.caller_turn(
-                    || answered.load(std::sync::atomic::Ordering::SeqCst),
-                    None,
-                    |_| Ok(()),
-                )
-            });
-            assert!(eventually(|| waiters.is_asked()), "never asked");
+            let caller = asking_caller(s, reading, answered, waiters);
             {
                 // The waiter reads the caller's answer, then gives the turn back as asked.
                 let mut turn = reading.turn.lock();
@@ -854,32 +863,13 @@ mod tests {
     /// caller waited unasked for as long as the second waiter's wait, which can be for ever).
     #[test]
     fn a_caller_asks_the_next_waiter_too() {
-        let (near, _far_end) = crate::testing::unread_pair().unwrap();
-        let reading = Reading::new();
-        reading.install(
-            crate::client::link::plain(Arc::new(near)).0,
-            FrameReader::new(),
-            Duration::from_secs(60),
-        );
-        let waiters = reading
-            .waiters
-            .get_or_init(|| WaiterPoller::new().ok())
-            .as_ref()
-            .unwrap();
-        // A first waiter reads.
-        reading.turn.lock().holder = Holder::Waiter;
+        let (reading, _far_end) = read_by_a_waiter();
+        let waiters = waiters_of(&reading);
         let answered = std::sync::atomic::AtomicBool::new(false);
         let answered = &answered;
         std::thread::scope(|s| {
             let reading = &reading;
-            let caller = s.spawn(move || {
-                reading.caller_turn(
-                    || answered.load(std::sync::atomic::Ordering::SeqCst),
-                    None,
-                    |_| Ok(()),
-                )
-            });
-            assert!(eventually(|| waiters.is_asked()), "never asked");
+            let caller = asking_caller(s, reading, answered, waiters);
             {
                 // The first waiter gives the turn back, and a second takes it, before the
                 // caller looks.
