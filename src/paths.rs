@@ -31,26 +31,9 @@ fn forbidden_char(c: char) -> bool {
 /// Checks `path` against ZooKeeper's rules. `sequential` allows the trailing slash that a
 /// sequential create may end with (the server appends the counter).
 pub fn validate(path: &str, sequential: bool) -> Result<()> {
-    if path.is_empty() {
-        return Err(invalid(path, "a path cannot be empty"));
-    }
-    if !path.starts_with('/') {
-        return Err(invalid(path, "a path must start with '/'"));
-    }
-    if path.len() > MAX_PATH_LEN {
-        return Err(invalid(path, "path longer than 4096 bytes"));
-    }
-    if path.len() == 1 {
+    let Some(body) = body_of(path, sequential)? else {
         return Ok(());
-    }
-    let body = if sequential && path.ends_with('/') {
-        &path[..path.len() - 1]
-    } else {
-        path
     };
-    if body.ends_with('/') {
-        return Err(invalid(path, "a path must not end with '/'"));
-    }
     // One pass over the bytes while they are printable ASCII, which holds no character the
     // server refuses: the common case decodes nothing (this runs on every request). '/' is
     // ASCII, so a segment ends only between UTF-8 characters. At the first other byte, the
@@ -83,6 +66,32 @@ pub fn validate(path: &str, sequential: bool) -> Result<()> {
         from = at + 1;
     }
     Ok(())
+}
+
+/// The rules on the path as a whole: the path without a sequential create's trailing slash,
+/// or `None` for the root, which has no segments.
+fn body_of(path: &str, sequential: bool) -> Result<Option<&str>> {
+    if path.is_empty() {
+        return Err(invalid(path, "a path cannot be empty"));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(path, "a path must start with '/'"));
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(invalid(path, "path longer than 4096 bytes"));
+    }
+    if path.len() == 1 {
+        return Ok(None);
+    }
+    let body = if sequential && path.ends_with('/') {
+        &path[..path.len() - 1]
+    } else {
+        path
+    };
+    if body.ends_with('/') {
+        return Err(invalid(path, "a path must not end with '/'"));
+    }
+    Ok(Some(body))
 }
 
 /// A segment may be neither empty nor `.` nor `..`.
@@ -148,43 +157,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The rules as first written, character by character: the byte-wise check must give the
-    /// same verdict and the same reason for every path.
+    /// The rules as first written, character by character (the whole-path rules, and every
+    /// segment through the character check): the byte-wise check must give the same verdict
+    /// and the same reason for every path.
     fn by_characters(path: &str, sequential: bool) -> Result<()> {
-        if path.is_empty() {
-            return Err(invalid(path, "a path cannot be empty"));
+        match body_of(path, sequential)? {
+            Some(body) => validate_segments(path, &body[1..]),
+            None => Ok(()),
         }
-        if !path.starts_with('/') {
-            return Err(invalid(path, "a path must start with '/'"));
-        }
-        if path.len() > MAX_PATH_LEN {
-            return Err(invalid(path, "path longer than 4096 bytes"));
-        }
-        if path.len() == 1 {
-            return Ok(());
-        }
-        let body = if sequential && path.ends_with('/') {
-            &path[..path.len() - 1]
-        } else {
-            path
-        };
-        if body.ends_with('/') {
-            return Err(invalid(path, "a path must not end with '/'"));
-        }
-        for segment in body[1..].split('/') {
-            match segment {
-                "" => return Err(invalid(path, "empty segment ('//')")),
-                "." | ".." => return Err(invalid(path, "'.' and '..' segments are not allowed")),
-                _ => {}
-            }
-            if segment.contains('\0') {
-                return Err(invalid(path, "NUL character"));
-            }
-            if segment.chars().any(forbidden_char) {
-                return Err(invalid(path, "character ZooKeeper refuses"));
-            }
-        }
-        Ok(())
     }
 
     fn reason(r: Result<()>) -> Option<&'static str> {
