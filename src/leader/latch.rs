@@ -145,6 +145,20 @@ impl LeaderLatch {
         self.inner.leads()
     }
 
+    /// The hold under which this participant leads, while it does: its
+    /// [`fencing_token`](Lease::fencing_token) (the creation zxid of the latch node, larger for
+    /// every new term across the ensemble), [`run`](Lease::run), [`valid_until`](Lease::valid_until)
+    /// and [`while_held`](Lease::while_held) writes. `None` when not leading. A term that ends
+    /// leaves the returned lease checking false; a new term (a new session, say) is a new lease.
+    pub fn lease(&self) -> Option<Arc<Lease>> {
+        let state = self.inner.state.lock();
+        if self.inner.leads_with(&state) {
+            state.lease.clone()
+        } else {
+            None
+        }
+    }
+
     /// Waits at most `timeout` for leadership; `Ok(false)` if it did not come (or the latch
     /// closed).
     pub fn await_leadership(&self, timeout: Duration) -> Result<bool> {

@@ -362,6 +362,21 @@ impl TestingCluster {
         self.wait_serving(&[i])
     }
 
+    /// Starts member `i` again with its disk lost: kills it, removes its snapshots and
+    /// transaction logs (its `myid` stays, as an operator who replaces a disk restores it),
+    /// and waits until it serves again, synced from the leader. Its votes and acknowledgements
+    /// before the loss are gone with the disk.
+    pub fn restart_empty(&self, i: usize) -> Result<(), HarnessError> {
+        self.kill(i);
+        let data = self.dir.path().join(format!("m{}", i + 1)).join("data");
+        let logs = data.join("version-2");
+        if logs.exists() {
+            std::fs::remove_dir_all(&logs)?;
+        }
+        self.spawn(i)?;
+        self.wait_serving(&[i])
+    }
+
     /// The member that is leader now, if one says so.
     pub fn leader(&self) -> Option<usize> {
         (0..self.members.len()).find(|&i| {

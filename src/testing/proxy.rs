@@ -199,6 +199,12 @@ impl FaultProxy {
         self.shared.mode_changed.notify_all();
     }
 
+    /// Connections open through the proxy now: a test can tell which of its proxies a client
+    /// is attached through.
+    pub fn connections(&self) -> usize {
+        self.shared.conns.lock().len()
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)

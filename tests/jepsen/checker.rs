@@ -30,6 +30,11 @@ pub struct Recorded {
     pub pieces: usize,
     /// `(asked, returned, patience)` of each timed acquire.
     pub timed: Vec<(u64, u64, u64)>,
+    /// `run` calls the lease refused: before the work (`N`), or after it (`E`, expired).
+    pub refused_before: usize,
+    pub refused_after: usize,
+    /// Lines that do not parse, but for a last one cut short.
+    pub malformed: usize,
 }
 
 pub fn read(path: &Path) -> Recorded {
@@ -38,7 +43,12 @@ pub fn read(path: &Path) -> Recorded {
     // The current hold: when its acquire returned, and whether a piece of it is recorded.
     let mut acquired: Option<u64> = None;
     let mut open = false;
-    for line in text.lines() {
+    let complete = if text.ends_with('\n') {
+        text.lines().count()
+    } else {
+        text.lines().count().saturating_sub(1)
+    };
+    for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split(' ').collect();
         match f.as_slice() {
             ["A", a, ..] => {
@@ -47,7 +57,14 @@ pub fn read(path: &Path) -> Recorded {
             }
             ["H", s, e, t, rest @ ..] => {
                 let exclusive = rest.first() != Some(&"R");
-                if let (Ok(start), Ok(end), Ok(token)) = (s.parse::<u64>(), e.parse(), t.parse()) {
+                let parsed = (s.parse::<u64>(), e.parse(), t.parse());
+                if parsed.0.is_err() || parsed.1.is_err() || parsed.2.is_err() {
+                    if n < complete {
+                        out.malformed += 1;
+                    }
+                    continue;
+                }
+                if let (Ok(start), Ok(end), Ok(token)) = parsed {
                     out.pieces += 1;
                     match out.holds.last_mut() {
                         Some(h) if open => {
@@ -70,13 +87,33 @@ pub fn read(path: &Path) -> Recorded {
             ["T", a, r, p] => {
                 if let (Ok(a), Ok(r), Ok(p)) = (a.parse(), r.parse(), p.parse()) {
                     out.timed.push((a, r, p));
+                } else if n < complete {
+                    out.malformed += 1;
                 }
             }
-            // A line cut short by the end of the process.
-            _ => {}
+            ["X", _, "N"] => out.refused_before += 1,
+            ["X", _, "E"] => out.refused_after += 1,
+            // A line cut short by the end of the process is no loss; any other is.
+            _ if n >= complete => {}
+            _ => out.malformed += 1,
         }
     }
     out
+}
+
+/// One write to a lock's protected resource, as its `FencingGate` took it (in the gate's
+/// order).
+#[derive(Clone, Copy, Debug)]
+pub struct GateWrite {
+    /// When the gate took it.
+    pub at: u64,
+    pub worker: usize,
+    /// When the writer's hold began (its acquire returned): names the hold.
+    pub acquired: u64,
+    pub token: i64,
+    /// Written by a holder whose lease had refused a `run`.
+    pub zombie: bool,
+    pub admitted: bool,
 }
 
 #[derive(Default)]
@@ -89,18 +126,67 @@ pub struct Report {
     pub overlaps: Vec<String>,
     pub stale: Vec<String>,
     pub late: Vec<String>,
+    /// Writes the gates took out of the holds' order (a zombie admitted after a newer holder
+    /// wrote, or a newer holder refused for an older one's token).
+    pub fenced: Vec<String>,
+    /// Records lost or unreadable.
+    pub lost: Vec<String>,
     pub worst_overrun: Duration,
+    /// The smallest time between the end of one worker's vouched hold and the start of
+    /// another worker's hold of the same lock (how close a handover came to an overlap).
+    pub closest: Option<(Duration, &'static str)>,
+    /// `run` calls the lease refused before the work, and after it.
+    pub refused_before: usize,
+    pub refused_after: usize,
+    /// Gate writes, and of them zombies' (admitted while no newer holder had written, or
+    /// refused).
+    pub gate_writes: usize,
+    pub zombie_writes: usize,
+    pub zombies_refused: usize,
 }
 
-pub fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
+impl Report {
+    /// Everything that breaks a promise, in one list.
+    pub fn violations(&self) -> impl Iterator<Item = &String> {
+        self.overlaps
+            .iter()
+            .chain(&self.stale)
+            .chain(&self.late)
+            .chain(&self.fenced)
+            .chain(&self.lost)
+    }
+}
+
+/// How many holds of `recipe` may overlap (read holds aside).
+pub fn capacity(recipe: &str) -> usize {
+    if recipe == "semaphore-v2x2" {
+        crate::SEMAPHORE_LEASES
+    } else {
+        1
+    }
+}
+
+pub fn check(
+    workers: &[Worker],
+    pauses: &[(usize, u64, u64)],
+    gates: &HashMap<&'static str, Vec<GateWrite>>,
+) -> Report {
     let mut report = Report::default();
-    let mut by_recipe: HashMap<&str, Vec<(usize, Hold)>> = HashMap::new();
+    let mut by_recipe: HashMap<&'static str, Vec<(usize, Hold)>> = HashMap::new();
     for (i, w) in workers.iter().enumerate() {
         let rec = read(&w.records);
         report.holds += rec.holds.len();
         report.read_holds += rec.holds.iter().filter(|h| !h.exclusive).count();
         report.pieces += rec.pieces;
         report.timed += rec.timed.len();
+        report.refused_before += rec.refused_before;
+        report.refused_after += rec.refused_after;
+        if rec.malformed > 0 {
+            report.lost.push(format!(
+                "{}: worker {i} wrote {} records that do not parse",
+                w.recipe, rec.malformed
+            ));
+        }
         by_recipe
             .entry(w.recipe)
             .or_default()
@@ -137,30 +223,61 @@ pub fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
     }
     for (recipe, mut holds) in by_recipe {
         holds.sort_by_key(|(_, h)| h.start);
-        // Holds still open at the current one's start; read holds may share, nothing else.
+        let capacity = capacity(recipe);
+        // Holds still open at the current one's start.
         let mut active: Vec<(usize, Hold)> = Vec::new();
         let mut top_token = i64::MIN;
+        // The exclusive hold that ended last so far, and its worker.
+        let mut last_end: Option<(usize, u64)> = None;
         for &(i, h) in &holds {
             active.retain(|(_, a)| a.end > h.start);
-            for &(j, a) in &active {
-                if a.exclusive || h.exclusive {
-                    report.overlaps.push(format!(
-                        "{recipe}: worker {j} vouched [{}, {}] (token {}{}), worker {i} held \
-                         from {} (token {}{}): {:?} together",
-                        a.start,
-                        a.end,
-                        a.token,
-                        if a.exclusive { "" } else { ", read" },
-                        h.start,
-                        h.token,
-                        if h.exclusive { "" } else { ", read" },
-                        Duration::from_nanos(a.end.min(h.end) - h.start)
-                    ));
+            if h.exclusive {
+                if let Some((j, end)) = last_end {
+                    if j != i && h.start >= end {
+                        let gap = Duration::from_nanos(h.start - end);
+                        if report.closest.is_none_or(|(c, _)| gap < c) {
+                            report.closest = Some((gap, recipe));
+                        }
+                    }
                 }
+                if last_end.is_none_or(|(_, end)| h.end > end) {
+                    last_end = Some((i, h.end));
+                }
+            }
+            // Read holds share with each other; nothing else shares beyond the capacity.
+            let conflicting: Vec<&(usize, Hold)> = active
+                .iter()
+                .filter(|(_, a)| a.exclusive || h.exclusive)
+                .collect();
+            let over = if capacity == 1 {
+                conflicting.len()
+            } else if conflicting.len() >= capacity {
+                1
+            } else {
+                0
+            };
+            for &&(j, a) in conflicting.iter().take(over) {
+                report.overlaps.push(format!(
+                    "{recipe}: worker {j} vouched [{}, {}] (token {}{}), worker {i} held \
+                     from {} (token {}{}): {:?} together{}",
+                    a.start,
+                    a.end,
+                    a.token,
+                    if a.exclusive { "" } else { ", read" },
+                    h.start,
+                    h.token,
+                    if h.exclusive { "" } else { ", read" },
+                    Duration::from_nanos(a.end.min(h.end) - h.start),
+                    if capacity > 1 {
+                        format!(", {} holders of {capacity} leases", conflicting.len() + 1)
+                    } else {
+                        String::new()
+                    }
+                ));
             }
             active.push((i, h));
             // Fencing tokens order the exclusive holds (a gate is for writers).
-            if h.exclusive {
+            if h.exclusive && capacity == 1 {
                 if h.token < top_token {
                     report.stale.push(format!(
                         "{recipe}: worker {i} held with token {} after token {top_token}",
@@ -171,5 +288,52 @@ pub fn check(workers: &[Worker], pauses: &[(usize, u64, u64)]) -> Report {
             }
         }
     }
+    for (recipe, writes) in gates {
+        check_gate(recipe, writes, &mut report);
+    }
     report
+}
+
+/// The gate of one lock, over its writes in the order it took them. Holds are named by their
+/// acquire time: a hold that began later is the newer (the overlap check orders them).
+/// - A write admitted after a newer hold's write was admitted: the gate let an older holder
+///   (a zombie) write over the newer one's work.
+/// - A write from the newest hold that has written refused: an older holder's token was larger.
+fn check_gate(recipe: &str, writes: &[GateWrite], report: &mut Report) {
+    // The newest hold whose write was admitted so far: (acquired, worker, token).
+    let mut newest: Option<(u64, usize, i64)> = None;
+    for w in writes {
+        report.gate_writes += 1;
+        if w.zombie {
+            report.zombie_writes += 1;
+            if !w.admitted {
+                report.zombies_refused += 1;
+            }
+        }
+        let newer_wrote = newest.filter(|&(acq, worker, _)| acq > w.acquired && worker != w.worker);
+        if w.admitted {
+            if let Some((acq, worker, token)) = newer_wrote {
+                report.fenced.push(format!(
+                    "{recipe}: at {}, worker {}'s write (token {}, hold from {}{}) admitted \
+                     after worker {worker}'s (token {token}, hold from {acq}, newer)",
+                    w.at,
+                    w.worker,
+                    w.token,
+                    w.acquired,
+                    if w.zombie { ", a zombie" } else { "" },
+                ));
+            }
+            if newest.is_none_or(|(acq, _, _)| w.acquired >= acq) {
+                newest = Some((w.acquired, w.worker, w.token));
+            }
+        } else if newest.is_some_and(|(acq, worker, _)| w.acquired > acq && worker != w.worker)
+            && !w.zombie
+        {
+            report.fenced.push(format!(
+                "{recipe}: at {}, worker {}'s write (token {}, hold from {}) refused for an \
+                 older hold's token",
+                w.at, w.worker, w.token, w.acquired,
+            ));
+        }
+    }
 }

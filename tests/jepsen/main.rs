@@ -12,7 +12,16 @@
 //! - no hold's fencing token is lower than an earlier hold's (a gate admits no stale token);
 //! - every timed acquire returned by its deadline plus `EPSILON`, less the time its own
 //!   process spent paused by the nemesis;
-//! - every lock is held again, soon, after the last fault healed.
+//! - every lock is held again, soon, after the last fault healed;
+//! - a semaphore of `SEMAPHORE_LEASES` leases never has more holders than that;
+//! - each lock's protected resource (a `FencingGate` in this process, which the workers write
+//!   to after each vouched piece, and once more as zombies after their lease refused a `run`)
+//!   never takes an older hold's write after a newer hold's, nor refuses the newer for the
+//!   older's token;
+//! - no record is lost and no worker exits on its own.
+//!
+//! `--stop-at-first` checks the records after every fault and stops at the first violation,
+//! printing how many seconds of faults it took (the planted-bug runs, `plants.sh`).
 //!
 //! `cargo test --test jepsen` runs a short seeded set (CI). Longer:
 //! `cargo test --release --test jepsen -- --seconds 3600`; replay one with `--seed N`
@@ -21,12 +30,18 @@
 //! starting itself again with `ZKR_JEPSEN_WORKER` set. `worker.rs` is a worker process,
 //! `nemesis.rs` the faults, `checker.rs` the proof; this file starts and ends it all.
 
+use std::collections::HashMap;
 use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use zk_recipes::lock::FencingGate;
 use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 
 mod checker;
@@ -39,8 +54,8 @@ mod worker;
 /// The SASL user of a `--secure` run.
 const SASL_USER: (&str, &str) = ("jepsen", "jepsen's password");
 
-use checker::{check, read};
-use nemesis::{nemesis, Faults};
+use checker::{check, read, GateWrite, Report};
+use nemesis::{Nemesis, KINDS};
 
 /// The workers' session timeout: short, so that paused holders lose their sessions often.
 const SESSION: Duration = Duration::from_secs(2);
@@ -48,17 +63,21 @@ const SESSION: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(100);
 /// What a timed acquire may take past its deadline (a scheduling slice on a loaded machine).
 const EPSILON: Duration = Duration::from_millis(500);
-/// Every recipe that promises exclusivity, each on its own path.
-const RECIPES: [&str; 7] = [
+/// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
+/// path.
+const RECIPES: [&str; 8] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
+    "semaphore-v2x2",
     "write-lock",
     "read-write",
     "leader-selector",
     "leader-latch",
 ];
 const WORKERS_PER_RECIPE: usize = 3;
+/// The leases of the `semaphore-v2x2` recipe (its three workers contend for two).
+const SEMAPHORE_LEASES: usize = 2;
 /// Default length of the fault phase (CI).
 const CI_SECONDS: u64 = 60;
 
@@ -83,7 +102,7 @@ fn main() {
         return;
     }
     // A libtest-style name filter that does not match: nothing to run here.
-    let flag_values = ["--seconds", "--seed"];
+    let flag_values = ["--seconds", "--seed", "--nemesis"];
     let filters: Vec<&String> = args
         .iter()
         .enumerate()
@@ -111,30 +130,116 @@ fn main() {
         .unwrap_or_else(|| mono() ^ u64::from(std::process::id()));
     let secure = args.iter().any(|a| a == "--secure")
         || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
+    let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
+    // `--nemesis a,b`: only these fault kinds (names as in `nemesis::KINDS`).
+    let kinds: Vec<&'static str> = match args.iter().position(|a| a == "--nemesis") {
+        Some(i) => {
+            let wanted = args.get(i + 1).map(String::as_str).unwrap_or_default();
+            let kinds: Vec<&'static str> = KINDS
+                .iter()
+                .copied()
+                .filter(|k| wanted.split(',').any(|w| w == *k))
+                .collect();
+            assert!(
+                !kinds.is_empty(),
+                "--nemesis: none of {wanted:?} is in {KINDS:?}"
+            );
+            kinds
+        }
+        None => KINDS.to_vec(),
+    };
     let _ = env_logger::builder().is_test(true).try_init();
-    run(seconds, seed, secure);
+    run(&Options {
+        seconds,
+        seed,
+        secure,
+        stop_at_first,
+        kinds,
+    });
+}
+
+struct Options {
+    seconds: u64,
+    seed: u64,
+    secure: bool,
+    /// Check after every fault and stop at the first violation (planted bugs).
+    stop_at_first: bool,
+    kinds: Vec<&'static str>,
 }
 
 struct Worker {
     recipe: &'static str,
     child: Child,
+    /// Where the gate's answers go; taken (closed) to end the worker.
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    /// Reads the worker's stdout: cues and gate writes.
+    reader: Option<JoinHandle<()>>,
     proxies: Vec<FaultProxy>,
     records: PathBuf,
 }
 
-/// Every worker process; dropping this resumes and kills them all, also on panic.
-struct Workers(Vec<Worker>);
+/// Every worker process, and what the coordinator keeps for them: each lock's protected
+/// resource (a gate and the writes it took) and the cues of answered writes. Dropping this
+/// resumes and kills them all, also on panic.
+struct Workers {
+    workers: Vec<Worker>,
+    gates: Arc<HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>>,
+    /// The index of a worker whose write was just answered.
+    cues: Receiver<usize>,
+}
+
+impl std::ops::Deref for Workers {
+    type Target = Vec<Worker>;
+    fn deref(&self) -> &Vec<Worker> {
+        &self.workers
+    }
+}
+
+impl Workers {
+    /// Every gate's writes so far, in each gate's order.
+    fn gate_writes(&self) -> HashMap<&'static str, Vec<GateWrite>> {
+        self.gates
+            .iter()
+            .map(|(recipe, gate)| (*recipe, gate.lock().1.clone()))
+            .collect()
+    }
+
+    /// The records checked as they are now.
+    fn check(&self, pauses: &[(usize, u64, u64)]) -> Report {
+        check(&self.workers, pauses, &self.gate_writes())
+    }
+
+    /// Workers whose process ended before the coordinator ended it.
+    fn exited(&mut self) -> Vec<String> {
+        self.workers
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, w)| match w.child.try_wait() {
+                Ok(Some(status)) => Some(format!(
+                    "worker {i} ({}) exited during the run: {status}",
+                    w.recipe
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+}
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        for w in &mut self.0 {
+        for w in &mut self.workers {
             if matches!(w.child.try_wait(), Ok(Some(_))) {
                 continue;
             }
             signal(w.child.id(), "-CONT");
-            drop(w.child.stdin.take());
+            drop(w.stdin.lock().take());
             let _ = w.child.kill();
             let _ = w.child.wait();
+        }
+        for w in &mut self.workers {
+            if let Some(r) = w.reader.take() {
+                let _ = r.join();
+            }
         }
     }
 }
@@ -146,7 +251,8 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn run(seconds: u64, seed: u64, secure: bool) {
+fn run(o: &Options) {
+    let (seconds, seed, secure) = (o.seconds, o.seed, o.secure);
     println!(
         "jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed}){}",
         if secure { ", over TLS and SASL" } else { "" }
@@ -187,7 +293,8 @@ fn run(seconds: u64, seed: u64, secure: bool) {
     // First the checker's own adversary: workers that record their work even when `run`
     // says the hold expired meanwhile (what a holder that trusts its guard blindly does),
     // with their holders paused past the session. The checker must see them overlap.
-    {
+    // A planted-bug run skips it: the bug is the adversary.
+    if !o.stop_at_first {
         let mut liars = spawn(
             &cluster,
             dir.path(),
@@ -201,19 +308,22 @@ fn run(seconds: u64, seed: u64, secure: bool) {
         let started = mono();
         wait_until(Duration::from_secs(60), || held_since(&liars, started))
             .expect("the liars hold before the faults");
-        let mut faults = Faults::default();
-        let mut pauses = Vec::new();
-        for _ in 0..4 {
-            nemesis(&cluster, &liars, &mut rng, 1, &mut faults, &mut pauses);
-        }
+        let pauses = {
+            let nemesis = Nemesis::new(&cluster, &liars);
+            for _ in 0..4 {
+                nemesis.fault(&mut rng, "long-holder-pause");
+            }
+            let pauses = nemesis.pauses.lock().clone();
+            pauses
+        };
         workers_end(&mut liars);
-        let report = check(&liars.0, &pauses);
+        let report = liars.check(&pauses);
         println!(
             "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
              their lease, over {} pauses past the session",
             report.overlaps.len(),
             report.holds,
-            faults.long_holder_pauses
+            pauses.len()
         );
         assert!(
             !report.overlaps.is_empty(),
@@ -234,18 +344,42 @@ fn run(seconds: u64, seed: u64, secure: bool) {
     wait_until(Duration::from_secs(60), || held_since(&workers, started))
         .expect("every recipe held once before the faults");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut faults = Faults::default();
-    let mut pauses: Vec<(usize, u64, u64)> = Vec::new();
     let chaos_for = Duration::from_secs(seconds);
     let chaos_started = Instant::now();
-    let mut step = 0u32;
-    while chaos_started.elapsed() < chaos_for {
-        // Quiet between faults: the adversary's rhythm, not a synchronisation.
-        thread::sleep(Duration::from_millis(rng.u64(200..800)));
-        // The first nine faults are one of each kind, then at random.
-        let kind = if step < 9 { step } else { rng.u32(0..9) };
-        step += 1;
-        nemesis(&cluster, &workers, &mut rng, kind, &mut faults, &mut pauses);
+    let mut exited = Vec::new();
+    let mut first: Option<(f64, String)> = None;
+    let (counts, pauses, missed_cues) = {
+        let nemesis = Nemesis::new(&cluster, &workers);
+        let mut step = 0usize;
+        while chaos_started.elapsed() < chaos_for {
+            // Quiet between faults: the adversary's rhythm, not a synchronisation.
+            thread::sleep(Duration::from_millis(rng.u64(200..800)));
+            // The first faults are one of each kind, then at random.
+            let kind = if step < o.kinds.len() {
+                o.kinds[step]
+            } else {
+                o.kinds[rng.usize(0..o.kinds.len())]
+            };
+            step += 1;
+            nemesis.fault(&mut rng, kind);
+            if o.stop_at_first {
+                let report = workers.check(&nemesis.pauses.lock());
+                let found = report.violations().next().cloned();
+                if let Some(v) = found {
+                    first = Some((chaos_started.elapsed().as_secs_f64(), v));
+                    break;
+                }
+            }
+        }
+        nemesis.heal_all();
+        let counts = nemesis.counts.lock().clone();
+        let pauses = nemesis.pauses.lock().clone();
+        let missed = *nemesis.missed_cues.lock();
+        (counts, pauses, missed)
+    };
+    exited.extend(workers.exited());
+    if let Some((secs, line)) = &first {
+        println!("jepsen: first violation after {secs:.1} s of faults: {line}");
     }
     let healed = mono();
     // Progress: after the last fault, every lock is held again.
@@ -253,30 +387,35 @@ fn run(seconds: u64, seed: u64, secure: bool) {
     let progressed = wait_until(settle, || held_since(&workers, healed)).is_some();
     let stuck = not_held_since(&workers, healed);
     let ended = mono();
-    workers_end(&mut workers);
-    let report = check(&workers.0, &pauses);
+    exited.extend(workers.exited());
+    let statuses = workers_end(&mut workers);
+    let report = workers.check(&pauses);
     drop(workers);
     println!(
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
-         checked over {:.0} s, {} timed acquires, faults {faults:?}, overlaps {}, stale tokens {}, deadlines missed {} \
-         (worst overrun {:?}), held again after the last fault: {progressed}",
+         checked over {:.0} s, {} timed acquires, {} runs refused before the work and {} \
+         after it, {} gate writes ({} by zombies, {} of them refused), closest handover {:?}, \
+         faults {counts:?} ({missed_cues} write-timed isolations without a cue), overlaps {}, \
+         stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
+         held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
         report.pieces,
         (ended - started) as f64 / 1e9,
         report.timed,
+        report.refused_before,
+        report.refused_after,
+        report.gate_writes,
+        report.zombie_writes,
+        report.zombies_refused,
+        report.closest,
         report.overlaps.len(),
         report.stale.len(),
+        report.fenced.len(),
         report.late.len(),
         report.worst_overrun,
     );
-    for line in report
-        .overlaps
-        .iter()
-        .chain(&report.stale)
-        .chain(&report.late)
-        .take(20)
-    {
+    for line in report.violations().chain(&exited).chain(&statuses).take(20) {
         println!("  {line}");
     }
     let replay = format!("replay with --seed {seed}");
@@ -289,18 +428,28 @@ fn run(seconds: u64, seed: u64, secure: bool) {
         "a fencing token went back; {replay}"
     );
     assert!(
+        report.fenced.is_empty(),
+        "a gate took writes out of the holds' order; {replay}"
+    );
+    assert!(
         report.late.is_empty(),
         "a timed acquire missed its deadline; {replay}"
+    );
+    assert!(report.lost.is_empty(), "records were lost; {replay}");
+    assert!(
+        exited.is_empty() && statuses.is_empty(),
+        "a worker ended wrongly; {replay}"
     );
     assert!(
         progressed,
         "not held again within {settle:?} of the last fault: {stuck:?}; {replay}"
     );
-    assert!(report.holds > 0 && report.timed > 0);
+    assert!(report.holds > 0 && report.timed > 0 && report.gate_writes > 0);
 }
 
 /// Starts `WORKERS_PER_RECIPE` worker processes per recipe, each behind its own fault proxy
-/// to every member, on paths under `/<tag>`.
+/// to every member, on paths under `/<tag>`, and a thread per worker that reads its stdout:
+/// cues go to the nemesis, gate writes to the lock's gate, whose answer goes back on stdin.
 fn spawn(
     cluster: &TestingCluster,
     dir: &Path,
@@ -311,8 +460,19 @@ fn spawn(
     security: &[(&str, String)],
 ) -> Workers {
     let exe = std::env::current_exe().expect("own path");
-    let mut workers = Workers(Vec::new());
-    for (r, recipe) in recipes.iter().enumerate() {
+    let gates: Arc<HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>> = Arc::new(
+        recipes
+            .iter()
+            .map(|r| (*r, Mutex::new((FencingGate::new(), Vec::new()))))
+            .collect(),
+    );
+    let (cue_tx, cues) = crossbeam_channel::bounded(64);
+    let mut workers = Workers {
+        workers: Vec::new(),
+        gates: gates.clone(),
+        cues,
+    };
+    for (r, &recipe) in recipes.iter().enumerate() {
         for k in 0..WORKERS_PER_RECIPE {
             let index = r * WORKERS_PER_RECIPE + k;
             let proxies: Vec<FaultProxy> = (0..3)
@@ -341,21 +501,74 @@ fn spawn(
                     std::env::var("ZKR_JEPSEN_LOG").unwrap_or_else(|_| "zk_recipes=info".into()),
                 )
                 .stdin(Stdio::piped())
-                .stdout(Stdio::null())
+                .stdout(Stdio::piped())
                 .stderr(log);
             if liar {
                 command.env("ZKR_JEPSEN_LIAR", "1");
             }
             command.envs(security.iter().map(|(k, v)| (k, v)));
-            workers.0.push(Worker {
+            let mut child = command.spawn().expect("worker");
+            let stdin = Arc::new(Mutex::new(child.stdin.take()));
+            let stdout = child.stdout.take().expect("piped stdout");
+            let reader = {
+                let (stdin, gates, cues) = (stdin.clone(), gates.clone(), cue_tx.clone());
+                thread::spawn(move || serve(index, recipe, stdout, &stdin, &gates, &cues))
+            };
+            workers.workers.push(Worker {
                 recipe,
-                child: command.spawn().expect("worker"),
+                child,
+                stdin,
+                reader: Some(reader),
                 proxies,
                 records,
             });
         }
     }
     workers
+}
+
+/// The coordinator's side of one worker's streams, until its stdout closes.
+fn serve(
+    index: usize,
+    recipe: &'static str,
+    stdout: std::process::ChildStdout,
+    stdin: &Mutex<Option<ChildStdin>>,
+    gates: &HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>,
+    cues: &Sender<usize>,
+) {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let f: Vec<&str> = line.split(' ').collect();
+        match f.as_slice() {
+            ["W"] => {
+                // Nobody waiting: the cue is dropped.
+                let _ = cues.try_send(index);
+            }
+            ["G", token, kind, acquired] => {
+                let (Ok(token), Ok(acquired)) = (token.parse::<i64>(), acquired.parse::<u64>())
+                else {
+                    continue;
+                };
+                let admitted = {
+                    let mut gate = gates[recipe].lock();
+                    let admitted = gate.0.admit(token).is_ok();
+                    gate.1.push(GateWrite {
+                        at: mono(),
+                        worker: index,
+                        acquired,
+                        token,
+                        zombie: *kind == "Z",
+                        admitted,
+                    });
+                    admitted
+                };
+                if let Some(s) = stdin.lock().as_mut() {
+                    let _ = writeln!(s, "{}", u8::from(admitted));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// True once every recipe of `workers` has a piece of work vouched for that began after `since`.
@@ -366,11 +579,10 @@ fn held_since(workers: &Workers, since: u64) -> bool {
 /// The recipes of `workers` without a piece of work vouched for that began after `since` (a
 /// leader's term may span the faults).
 fn not_held_since(workers: &Workers, since: u64) -> Vec<&'static str> {
-    let mut recipes: Vec<&'static str> = workers.0.iter().map(|w| w.recipe).collect();
+    let mut recipes: Vec<&'static str> = workers.iter().map(|w| w.recipe).collect();
     recipes.dedup();
     recipes.retain(|recipe| {
         !workers
-            .0
             .iter()
             .filter(|w| w.recipe == *recipe)
             .any(|w| read(&w.records).holds.iter().any(|h| h.last_piece > since))
@@ -378,13 +590,25 @@ fn not_held_since(workers: &Workers, since: u64) -> Vec<&'static str> {
     recipes
 }
 
-/// Stops every worker (their records are complete: each line was written at once).
-fn workers_end(workers: &mut Workers) {
-    for w in &mut workers.0 {
+/// Stops every worker (their records are complete: each line was written at once); returns
+/// those that did not end as told (status 0 once their stdin closes).
+fn workers_end(workers: &mut Workers) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for w in &mut workers.workers {
         signal(w.child.id(), "-CONT");
-        drop(w.child.stdin.take());
-        let _ = w.child.wait();
+        drop(w.stdin.lock().take());
     }
+    for (i, w) in workers.workers.iter_mut().enumerate() {
+        match w.child.wait() {
+            Ok(status) if status.success() => {}
+            Ok(status) => wrong.push(format!("worker {i} ({}) ended with {status}", w.recipe)),
+            Err(e) => wrong.push(format!("worker {i} ({}): {e}", w.recipe)),
+        }
+        if let Some(r) = w.reader.take() {
+            let _ = r.join();
+        }
+    }
+    wrong
 }
 
 /// The worker whose latest vouched interval is the latest: probably the holder of its lock.

@@ -1,122 +1,316 @@
-//! The nemesis: one fault at a time, applied and healed.
+//! The nemesis: faults applied and healed, one at a time or several overlapping.
 
+use std::collections::BTreeMap;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use zk_recipes::testing::{FaultProxy, TestingCluster};
 
 use crate::{likely_holder, mono, signal, Workers, SESSION};
 
-/// How many faults of each kind were injected.
-#[derive(Default, Debug)]
-pub struct Faults {
-    pub holder_pauses: u32,
-    pub long_holder_pauses: u32,
-    pub leader_pauses: u32,
-    pub follower_pauses: u32,
-    pub isolations: u32,
-    pub one_way_cuts: u32,
-    pub client_cuts: u32,
-    pub refusals: u32,
-    pub leader_kills: u32,
+/// Every kind of fault, by name. The first run of a harness draws each once, in this order.
+pub const KINDS: [&str; 17] = [
+    // A holder's process pauses (a GC pause), shorter or longer than its session.
+    "holder-pause",
+    "long-holder-pause",
+    // The leader, or a follower, pauses: up to past a session, within syncLimit.
+    "leader-pause",
+    "follower-pause",
+    // A member cut off from the others (0.5–4 s) while it keeps serving its clients.
+    "isolation",
+    // A follower's link to its leader held one way: the leader still reaches it.
+    "one-way",
+    // A worker's connections cut, or refused for a while.
+    "client-cut",
+    "client-refuse",
+    // The leader dies and comes back.
+    "leader-kill",
+    // The member a holder talks to cut off from the others the moment the holder's write
+    // (checked against its hold) is answered: before the follower passed the write's touch
+    // on to the leader. The instant a bound anchored in the write's own send time overstates.
+    "write-timed-isolation",
+    // The leader cut off past syncLimit (5–9 s): the others elect a new one while the deposed
+    // leader still answers its clients' reads until it notices.
+    "long-leader-isolation",
+    // A follower dies and comes back.
+    "follower-kill",
+    // Both followers die: the quorum is lost, then regained.
+    "quorum-loss",
+    // A worker's links go silent (sockets open, no byte passes), then heal.
+    "client-blackhole",
+    // The lease bound's documented residual race, in its order: a leader stall that ends,
+    // then at once the holder's follower's link to the leader held, then the follower cut off.
+    "residual-race",
+    // A follower restarts with its disk lost (snapshots and logs gone), synced anew.
+    "empty-disk",
+    // Two or three of the faults above at once, overlapping.
+    "composed",
+];
+
+/// The fault kinds a composed fault draws from: at most one of them kills a member.
+const COMPOSABLE: [&str; 11] = [
+    "holder-pause",
+    "long-holder-pause",
+    "leader-pause",
+    "follower-pause",
+    "isolation",
+    "one-way",
+    "client-cut",
+    "client-refuse",
+    "write-timed-isolation",
+    "client-blackhole",
+    "long-leader-isolation",
+];
+const KILLS: [&str; 3] = ["leader-kill", "follower-kill", "quorum-loss"];
+
+/// The faults and what they leave for the checker.
+pub struct Nemesis<'a> {
+    pub cluster: &'a TestingCluster,
+    pub workers: &'a Workers,
+    /// How many faults of each kind were injected (a composed fault also counts its parts).
+    pub counts: Mutex<BTreeMap<&'static str, u32>>,
+    /// `(worker, from, to)`: when the nemesis kept a worker's process stopped.
+    pub pauses: Mutex<Vec<(usize, u64, u64)>>,
+    /// Write-timed isolations that found no cue from a holder on a follower in time.
+    pub missed_cues: Mutex<u32>,
 }
 
-/// One fault of `kind`, applied and healed.
-pub fn nemesis(
-    cluster: &TestingCluster,
-    workers: &Workers,
-    rng: &mut fastrand::Rng,
-    kind: u32,
-    faults: &mut Faults,
-    pauses: &mut Vec<(usize, u64, u64)>,
-) {
-    let ms = |rng: &mut fastrand::Rng, lo: u64, hi: u64| Duration::from_millis(rng.u64(lo..hi));
-    let workers = &workers.0;
-    match kind {
-        // A holder's process pauses (a GC pause), shorter or longer than its session.
-        0 | 1 => {
-            let long = kind == 1;
-            let w = if long || rng.bool() {
-                likely_holder(workers)
-            } else {
-                rng.usize(0..workers.len())
-            };
-            let d = if long {
-                SESSION + ms(rng, 200, 1500)
-            } else {
-                ms(rng, 100, 800)
-            };
-            let pid = workers[w].child.id();
-            let from = mono();
-            signal(pid, "-STOP");
-            thread::sleep(d);
-            signal(pid, "-CONT");
-            pauses.push((w, from, mono()));
-            if long {
-                faults.long_holder_pauses += 1;
-            } else {
-                faults.holder_pauses += 1;
+fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.u64(lo..hi))
+}
+
+impl<'a> Nemesis<'a> {
+    pub fn new(cluster: &'a TestingCluster, workers: &'a Workers) -> Nemesis<'a> {
+        Nemesis {
+            cluster,
+            workers,
+            counts: Mutex::new(BTreeMap::new()),
+            pauses: Mutex::new(Vec::new()),
+            missed_cues: Mutex::new(0),
+        }
+    }
+
+    /// One fault of `kind` (a name from [`KINDS`]), applied and healed.
+    pub fn fault(&self, rng: &mut fastrand::Rng, kind: &'static str) {
+        let (cluster, workers) = (self.cluster, &self.workers.workers);
+        let counted = match kind {
+            "holder-pause" | "long-holder-pause" => {
+                let long = kind == "long-holder-pause";
+                let w = if long || rng.bool() {
+                    likely_holder(workers)
+                } else {
+                    rng.usize(0..workers.len())
+                };
+                let d = if long {
+                    SESSION + ms(rng, 200, 1500)
+                } else {
+                    ms(rng, 100, 800)
+                };
+                self.pause_worker(w, d);
+                true
             }
-        }
-        // The leader, or a follower, pauses: shorter or longer than a session, up to about
-        // syncLimit (past it, the others elect another).
-        2 | 3 => {
-            let leader = cluster.leader();
-            let member = match (kind, leader) {
-                (2, Some(l)) => l,
-                (_, l) => (0..3)
-                    .filter(|&i| Some(i) != l)
-                    .nth(rng.usize(0..2))
-                    .unwrap_or(0),
-            };
-            cluster.pause(member);
-            thread::sleep(ms(rng, 200, 4500));
-            cluster.resume(member);
-            if kind == 2 {
-                faults.leader_pauses += 1;
-            } else {
-                faults.follower_pauses += 1;
+            "leader-pause" | "follower-pause" => {
+                let member = if kind == "leader-pause" {
+                    cluster.leader()
+                } else {
+                    self.follower(rng)
+                };
+                let Some(member) = member else { return };
+                cluster.pause(member);
+                thread::sleep(ms(rng, 200, 4500));
+                cluster.resume(member);
+                true
             }
-        }
-        // A member cut off from the others while it keeps serving its clients.
-        4 => {
-            let member = rng.usize(0..3);
-            cluster.isolate(member);
-            thread::sleep(ms(rng, 500, 4000));
-            cluster.rejoin(member);
-            faults.isolations += 1;
-        }
-        // A follower's link to its leader held one way: the leader still reaches it.
-        5 => {
-            if let Some(l) = cluster.leader() {
-                let f = (0..3).filter(|&i| i != l).nth(rng.usize(0..2)).unwrap_or(0);
+            "isolation" => {
+                let member = rng.usize(0..3);
+                cluster.isolate(member);
+                thread::sleep(ms(rng, 500, 4000));
+                cluster.rejoin(member);
+                true
+            }
+            "one-way" => {
+                let (Some(l), Some(f)) = (cluster.leader(), self.follower(rng)) else {
+                    return;
+                };
                 cluster.hold_sends(f, l);
                 thread::sleep(ms(rng, 500, 3000));
                 cluster.rejoin(f);
-                faults.one_way_cuts += 1;
+                true
             }
-        }
-        // A worker's connections cut, or refused for a while.
-        6 => {
-            let w = rng.usize(0..workers.len());
-            workers[w].proxies.iter().for_each(FaultProxy::cut);
-            faults.client_cuts += 1;
-        }
-        7 => {
-            let w = rng.usize(0..workers.len());
-            workers[w].proxies.iter().for_each(FaultProxy::refuse);
-            thread::sleep(ms(rng, 300, 3000));
-            workers[w].proxies.iter().for_each(FaultProxy::heal);
-            faults.refusals += 1;
-        }
-        // The leader dies and comes back.
-        _ => {
-            if let Some(l) = cluster.leader() {
-                cluster.kill(l);
+            "client-cut" => {
+                let w = rng.usize(0..workers.len());
+                workers[w].proxies.iter().for_each(FaultProxy::cut);
+                true
+            }
+            "client-refuse" | "client-blackhole" => {
+                let w = rng.usize(0..workers.len());
+                let fault = if kind == "client-refuse" {
+                    FaultProxy::refuse
+                } else {
+                    FaultProxy::blackhole
+                };
+                workers[w].proxies.iter().for_each(fault);
+                thread::sleep(ms(rng, 300, 4000));
+                workers[w].proxies.iter().for_each(FaultProxy::heal);
+                true
+            }
+            "leader-kill" | "follower-kill" => {
+                let member = if kind == "leader-kill" {
+                    cluster.leader()
+                } else {
+                    self.follower(rng)
+                };
+                let Some(member) = member else { return };
+                cluster.kill(member);
                 thread::sleep(ms(rng, 300, 2000));
-                cluster.restart(l).expect("restart");
-                faults.leader_kills += 1;
+                cluster.restart(member).expect("restart");
+                true
             }
+            "write-timed-isolation" => self.write_timed_isolation(rng),
+            "long-leader-isolation" => {
+                let Some(l) = cluster.leader() else { return };
+                cluster.isolate(l);
+                thread::sleep(ms(rng, 5000, 9000));
+                cluster.rejoin(l);
+                true
+            }
+            "quorum-loss" => {
+                let Some(l) = cluster.leader() else { return };
+                let followers: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+                followers.iter().for_each(|&f| cluster.kill(f));
+                thread::sleep(ms(rng, 300, 3000));
+                for &f in &followers {
+                    cluster.restart(f).expect("restart");
+                }
+                true
+            }
+            "residual-race" => self.residual_race(rng),
+            "empty-disk" => {
+                let Some(f) = self.follower(rng) else { return };
+                cluster
+                    .restart_empty(f)
+                    .expect("restart with an empty disk");
+                true
+            }
+            "composed" => {
+                self.composed(rng);
+                true
+            }
+            other => panic!("unknown fault kind {other}"),
+        };
+        if counted {
+            *self.counts.lock().entry(kind).or_default() += 1;
+        }
+    }
+
+    /// Stops worker `w`'s process for `d` (`SIGSTOP`), and notes when.
+    fn pause_worker(&self, w: usize, d: Duration) {
+        let pid = self.workers.workers[w].child.id();
+        let from = mono();
+        signal(pid, "-STOP");
+        thread::sleep(d);
+        signal(pid, "-CONT");
+        self.pauses.lock().push((w, from, mono()));
+    }
+
+    /// A member that is not the leader now (a random one if none leads).
+    fn follower(&self, rng: &mut fastrand::Rng) -> Option<usize> {
+        let leader = self.cluster.leader();
+        let others: Vec<usize> = (0..3).filter(|&i| Some(i) != leader).collect();
+        (!others.is_empty()).then(|| others[rng.usize(0..others.len())])
+    }
+
+    /// The member worker `w` is attached to now (through its proxy to it).
+    fn member_of(&self, w: usize) -> Option<usize> {
+        self.workers.workers[w]
+            .proxies
+            .iter()
+            .position(|p| p.connections() > 0)
+    }
+
+    /// Waits (up to 3 s) for a holder attached to a follower to say its write was answered,
+    /// and cuts that follower off from the others at once, for 1–4 s.
+    fn write_timed_isolation(&self, rng: &mut fastrand::Rng) -> bool {
+        let Some(leader) = self.cluster.leader() else {
+            return false;
+        };
+        let cues = &self.workers.cues;
+        // Cues from before now are stale.
+        while cues.try_recv().is_ok() {}
+        let until = Instant::now() + Duration::from_secs(3);
+        while let Ok(w) = cues.recv_deadline(until) {
+            match self.member_of(w) {
+                Some(m) if m != leader => {
+                    self.cluster.isolate(m);
+                    thread::sleep(ms(rng, 1000, 4000));
+                    self.cluster.rejoin(m);
+                    return true;
+                }
+                _ => continue,
+            }
+        }
+        *self.missed_cues.lock() += 1;
+        false
+    }
+
+    /// The residual race of the lease bound, in its order, around a likely holder's follower.
+    fn residual_race(&self, rng: &mut fastrand::Rng) -> bool {
+        let Some(l) = self.cluster.leader() else {
+            return false;
+        };
+        let w = likely_holder(&self.workers.workers);
+        let f = match self.member_of(w) {
+            Some(m) if m != l => m,
+            _ => match self.follower(rng) {
+                Some(f) => f,
+                None => return false,
+            },
+        };
+        self.cluster.pause(l);
+        thread::sleep(ms(rng, 300, 1500));
+        self.cluster.resume(l);
+        thread::sleep(ms(rng, 0, 30));
+        self.cluster.hold_sends(f, l);
+        thread::sleep(ms(rng, 0, 100));
+        self.cluster.isolate(f);
+        thread::sleep(ms(rng, 1000, 4000));
+        self.cluster.rejoin(f);
+        true
+    }
+
+    /// Two or three faults at once, each starting up to 1.5 s after the first; at most one of
+    /// them kills a member. Everything is healed after the last ends.
+    fn composed(&self, rng: &mut fastrand::Rng) {
+        let n = rng.usize(2..=3);
+        let mut parts: Vec<&'static str> = (0..n)
+            .map(|_| COMPOSABLE[rng.usize(0..COMPOSABLE.len())])
+            .collect();
+        if rng.bool() {
+            parts[0] = KILLS[rng.usize(0..KILLS.len())];
+        }
+        thread::scope(|s| {
+            for (i, kind) in parts.into_iter().enumerate() {
+                let mut part_rng = fastrand::Rng::with_seed(rng.u64(..));
+                let start = if i == 0 { 0 } else { rng.u64(0..1500) };
+                s.spawn(move || {
+                    thread::sleep(Duration::from_millis(start));
+                    self.fault(&mut part_rng, kind);
+                });
+            }
+        });
+        self.heal_all();
+    }
+
+    /// Every member resumed and rejoined, every worker's link healed and process running.
+    pub fn heal_all(&self) {
+        for m in 0..self.cluster.len() {
+            self.cluster.resume(m);
+            self.cluster.rejoin(m);
+        }
+        for w in &self.workers.workers {
+            w.proxies.iter().for_each(FaultProxy::heal);
+            signal(w.child.id(), "-CONT");
         }
     }
 }

@@ -1,13 +1,26 @@
 //! A worker process: one client, one recipe, contending until its stdin closes; it writes
-//! down every acquire, every vouched piece of work and every timed call.
+//! down every acquire, every vouched piece of work, every refused `run` and every timed call.
+//!
+//! Beside its records it speaks to the coordinator over its standard streams:
+//! - `W` on stdout: a write the server checked against the hold (`while_held`) was just
+//!   answered. The nemesis may be waiting for that cue to cut the member off (the moment a
+//!   lease bound that trusts the write's own send time overstates the most).
+//! - `G <token> <L|Z> <acquired>` on stdout: a write to the protected resource, the
+//!   coordinator's `FencingGate` for this lock, from a live hold (`L`, its piece vouched) or a
+//!   zombie (`Z`: its lease refused a `run`, and it writes anyway, as a paused holder that
+//!   resumes does). The coordinator answers `1` (admitted) or `0` on stdin; the worker waits
+//!   for the answer, as a write to a real resource does.
+//!
+//! A record that cannot be written ends the process with status 3, which fails the run.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 use zk_recipes::lock::{Lease, RunError};
 use zk_recipes::{
@@ -15,23 +28,81 @@ use zk_recipes::{
     InterProcessSemaphoreV2, LeaderLatch, LeaderSelector,
 };
 
-use crate::{mono, SESSION, TICK, WORKERS_PER_RECIPE};
+use crate::{mono, SEMAPHORE_LEASES, SESSION, TICK, WORKERS_PER_RECIPE};
+
+/// The exit status of a worker that could not write a record down.
+pub const LOST_RECORD: i32 = 3;
 
 /// Appends one line per record, unbuffered: a process killed or paused loses nothing written.
 struct Records(Mutex<File>);
 
 impl Records {
     fn line(&self, line: String) {
-        let _ = self.0.lock().write_all(format!("{line}\n").as_bytes());
+        if let Err(e) = self.0.lock().write_all(format!("{line}\n").as_bytes()) {
+            eprintln!("a record could not be written: {e}");
+            std::process::exit(LOST_RECORD);
+        }
     }
+}
+
+/// The worker's side of the coordinator's streams.
+struct Coordinator {
+    /// The gate's answers, read from stdin by their own thread.
+    answers: Receiver<bool>,
+    /// Serialises a question and the wait for its answer (the selector's thread and ours).
+    asking: Mutex<()>,
+    /// Whether this recipe's exclusive holds write through the gate.
+    gated: bool,
+}
+
+impl Coordinator {
+    fn say(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            // The coordinator is gone: the run is over.
+            std::process::exit(0);
+        }
+    }
+
+    /// A write to the protected resource with `token`; true if the gate admitted it.
+    fn gate(&self, token: i64, zombie: bool, acquired: u64) -> bool {
+        if !self.gated {
+            return true;
+        }
+        let _asking = self.asking.lock();
+        self.say(&format!(
+            "G {token} {} {acquired}",
+            if zombie { 'Z' } else { 'L' }
+        ));
+        // No answer means stdin closed: the stdin thread ends the process.
+        self.answers.recv().unwrap_or(false)
+    }
+}
+
+/// What one worker needs at hand inside a hold (cheap to clone: the selector's term runs on
+/// the selector's thread).
+#[derive(Clone)]
+struct Ctx {
+    records: Arc<Records>,
+    coordinator: Arc<Coordinator>,
+    client: Client,
+    /// A node of its own this worker writes to while it holds (the cue for timed faults).
+    scratch: String,
+    /// The checker's adversary: records its work even when `run` says the lease expired.
+    liar: bool,
 }
 
 pub fn worker() -> ! {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     let _ = env_logger::try_init();
-    // The coordinator ends us by closing our stdin (also when it dies).
-    thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    // The coordinator answers gate writes on stdin and ends us by closing it (also when it
+    // dies).
+    let (answer_tx, answers) = crossbeam_channel::unbounded();
+    thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            let _ = answer_tx.send(line.trim() == "1");
+        }
         std::process::exit(0);
     });
     let records = Arc::new(Records(Mutex::new(
@@ -48,6 +119,11 @@ pub fn worker() -> ! {
         var("ZKR_JEPSEN_PATH"),
         var("ZKR_JEPSEN_WORKER"),
     );
+    let coordinator = Arc::new(Coordinator {
+        answers,
+        asking: Mutex::new(()),
+        gated: recipe != "semaphore-v2x2",
+    });
     let client = loop {
         let mut builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
             .session_timeout(SESSION)
@@ -64,22 +140,38 @@ pub fn worker() -> ! {
             Err(e) => log::warn!("worker {id}: connect: {e}"),
         }
     };
+    let scratch = format!("{path}-scratch/{id}");
+    while let Err(e) = client.ensure_path(&scratch) {
+        log::warn!("worker {id}: scratch node: {e}");
+    }
+    let ctx = Ctx {
+        records: records.clone(),
+        coordinator,
+        client: client.clone(),
+        scratch,
+        liar: std::env::var_os("ZKR_JEPSEN_LIAR").is_some(),
+    };
     match recipe.as_str() {
         "mutex" => {
             let m = InterProcessMutex::new(&client, &path).expect("recipe");
-            contend(&records, &mut rng, |d| m.try_acquire_for(d));
+            contend(&ctx, &mut rng, |d| m.try_acquire_for(d));
         }
         "semaphore-mutex" => {
             let s = InterProcessSemaphoreMutex::new(&client, &path).expect("recipe");
-            contend(&records, &mut rng, |d| s.try_acquire_for(d));
+            contend(&ctx, &mut rng, |d| s.try_acquire_for(d));
         }
         "semaphore-v2" => {
             let s = InterProcessSemaphoreV2::new(&client, &path, 1).expect("recipe");
-            contend(&records, &mut rng, |d| s.try_acquire_for(d));
+            contend(&ctx, &mut rng, |d| s.try_acquire_for(d));
+        }
+        "semaphore-v2x2" => {
+            // More workers than leases: never more holders than leases at once.
+            let s = InterProcessSemaphoreV2::new(&client, &path, SEMAPHORE_LEASES).expect("recipe");
+            contend(&ctx, &mut rng, |d| s.try_acquire_for(d));
         }
         "write-lock" => {
             let rw = InterProcessReadWriteLock::new(&client, &path).expect("recipe");
-            contend(&records, &mut rng, |d| rw.write_lock().try_acquire_for(d));
+            contend(&ctx, &mut rng, |d| rw.write_lock().try_acquire_for(d));
         }
         "read-write" => {
             // Two writers that downgrade half their holds, and a reader: readers may share,
@@ -98,30 +190,30 @@ pub fn worker() -> ! {
                 records.line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
                 let Ok(Some(guard)) = got else { continue };
                 let kind = if reader { 'R' } else { 'W' };
-                records.line(format!("A {} {kind}", mono()));
-                for _ in 0..rng.u32(1..=20) {
-                    if !vouch(&records, &guard, &mut rng, kind) {
-                        break;
-                    }
-                }
+                let acquired = mono();
+                records.line(format!("A {acquired} {kind}"));
+                hold(&ctx, &guard, &mut rng, kind, acquired, 20);
                 if !reader && rng.bool() {
                     if let Ok(read) = guard.downgrade() {
-                        records.line(format!("A {} R", mono()));
-                        for _ in 0..rng.u32(1..=20) {
-                            if !vouch(&records, &read, &mut rng, 'R') {
-                                break;
-                            }
-                        }
+                        let acquired = mono();
+                        records.line(format!("A {acquired} R"));
+                        hold(&ctx, &read, &mut rng, 'R', acquired, 20);
                     }
                 }
             }
         }
         "leader-selector" => {
-            let r = records.clone();
             let rng = Mutex::new(rng);
-            let selector = LeaderSelector::new(&client, &path, &id, move |ctx| {
-                r.line(format!("A {}", mono()));
-                while !ctx.is_cancelled() && vouch(&r, ctx.lease(), &mut rng.lock(), 'W') {}
+            let term = ctx.clone();
+            let selector = LeaderSelector::new(&client, &path, &id, move |leader| {
+                let acquired = mono();
+                term.records.line(format!("A {acquired}"));
+                let mut rng = rng.lock();
+                while !leader.is_cancelled()
+                    && vouch(&term, leader.lease(), &mut rng, 'W', acquired)
+                {
+                    idle_then_write(&term, leader.lease(), &mut rng);
+                }
             })
             .expect("recipe")
             .auto_requeue();
@@ -131,9 +223,8 @@ pub fn worker() -> ! {
             let _ = never.recv();
         }
         "leader-latch" => {
-            // A latch has no fencing token of its own (0 for all): what it vouches for is
-            // `has_leadership()` before and after each piece of work, each its own hold (a
-            // latch may lead again on a new session between two pieces).
+            // What a latch vouches for is `has_leadership()` before and after each piece of
+            // work, under one term's lease (its token); a new term is a new hold.
             let latch = LeaderLatch::new(&client, &path, &id).expect("recipe");
             latch.start().expect("start");
             loop {
@@ -143,12 +234,31 @@ pub fn worker() -> ! {
                 {
                     continue;
                 }
-                records.line(format!("A {}", mono()));
-                let start = mono();
-                thread::sleep(Duration::from_millis(rng.u64(1..50)));
-                let end = mono();
-                if latch.has_leadership() {
-                    records.line(format!("H {start} {end} 0"));
+                let Some(lease) = latch.lease() else { continue };
+                let acquired = mono();
+                records.line(format!("A {acquired}"));
+                for _ in 0..rng.u32(1..=40) {
+                    let Ok(token) = lease.fencing_token() else {
+                        break;
+                    };
+                    if !latch.has_leadership() {
+                        break;
+                    }
+                    let start = mono();
+                    // The work itself (a stand-in for a real job's), not a synchronisation.
+                    thread::sleep(Duration::from_millis(rng.u64(1..50)));
+                    let end = mono();
+                    let still = latch.lease();
+                    if !(still.is_some_and(|now| Arc::ptr_eq(&now, &lease))
+                        && latch.has_leadership())
+                    {
+                        records.line(format!("X {end} E"));
+                        zombie_write(&ctx, token, acquired);
+                        break;
+                    }
+                    records.line(format!("H {start} {end} {token}"));
+                    ctx.coordinator.gate(token, false, acquired);
+                    idle_then_write(&ctx, &lease, &mut rng);
                 }
             }
         }
@@ -160,7 +270,7 @@ pub fn worker() -> ! {
 /// Timed acquires forever; each hold vouches for 1 to 40 pieces of work (up to about two
 /// seconds of holding, so that faults land inside holds), then releases.
 fn contend<G: Deref<Target = Lease>>(
-    records: &Records,
+    ctx: &Ctx,
     rng: &mut fastrand::Rng,
     acquire: impl Fn(Duration) -> zk_recipes::Result<Option<G>>,
 ) {
@@ -168,20 +278,54 @@ fn contend<G: Deref<Target = Lease>>(
         let patience = Duration::from_millis(rng.u64(100..3000));
         let asked = mono();
         let got = acquire(patience);
-        records.line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
+        ctx.records
+            .line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
         let Ok(Some(guard)) = got else { continue };
-        records.line(format!("A {}", mono()));
-        for _ in 0..rng.u32(1..=40) {
-            if !vouch(records, &guard, rng, 'W') {
-                break;
-            }
-        }
+        let acquired = mono();
+        ctx.records.line(format!("A {acquired}"));
+        hold(ctx, &guard, rng, 'W', acquired, 40);
     }
 }
 
-/// One piece of work through `run`: recorded only if the hold was valid before and after it.
+/// Up to `most` pieces of work under `lease`, now and then after an idle spell and a write.
+fn hold(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired: u64, most: u32) {
+    for _ in 0..rng.u32(1..=most) {
+        if !vouch(ctx, lease, rng, kind, acquired) {
+            break;
+        }
+        idle_then_write(ctx, lease, rng);
+    }
+}
+
+/// Now and then, what a real holder does between two pieces of work: nothing for a while
+/// (its connection only pings), a read, and a write the server checks against the hold;
+/// then it tells the coordinator the write was answered (`W`). The piece after it is vouched
+/// for by a bound the write may have moved: the moment a fault timed on this cue tests it.
+/// Liars never idle: their pauses should land inside their work.
+fn idle_then_write(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng) {
+    if ctx.liar || rng.u32(0..4) != 0 {
+        return;
+    }
+    // Workload shape (an idle holder), not a synchronisation.
+    thread::sleep(Duration::from_millis(rng.u64(0..900)));
+    if ctx.client.exists(&ctx.scratch).is_err() {
+        return;
+    }
+    thread::sleep(Duration::from_millis(rng.u64(0..60)));
+    if lease
+        .while_held()
+        .set_data(&ctx.scratch, b"w", None)
+        .is_ok()
+    {
+        ctx.coordinator.say("W");
+    }
+}
+
+/// One piece of work through `run`: recorded only if the hold was valid before and after it,
+/// then written to the gate. A refused `run` is recorded (`X <time> N|E`); after one that
+/// ran but expired, the worker writes to the gate as a zombie.
 /// `kind`: `W` for a hold that excludes every other, `R` for a read hold.
-fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng, kind: char) -> bool {
+fn vouch(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired: u64) -> bool {
     let Ok(token) = lease.fencing_token() else {
         return false;
     };
@@ -193,17 +337,39 @@ fn vouch(records: &Records, lease: &Lease, rng: &mut fastrand::Rng, kind: char) 
         (start, mono())
     }) {
         Ok((start, end)) => {
-            records.line(format!("H {start} {end} {token} {kind}"));
+            ctx.records.line(format!("H {start} {end} {token} {kind}"));
+            // Readers share the lock and do not write through the writers' gate.
+            if kind == 'W' {
+                ctx.coordinator.gate(token, false, acquired);
+            }
             true
         }
         // The checker's adversary: a holder that trusts its guard blindly.
         Err(RunError::Expired {
             output: (start, end),
             ..
-        }) if std::env::var_os("ZKR_JEPSEN_LIAR").is_some() => {
-            records.line(format!("H {start} {end} {token} {kind}"));
+        }) if ctx.liar => {
+            ctx.records.line(format!("H {start} {end} {token} {kind}"));
             false
         }
-        Err(_) => false,
+        Err(RunError::Expired {
+            output: (_, end), ..
+        }) => {
+            ctx.records.line(format!("X {end} E"));
+            if kind == 'W' {
+                zombie_write(ctx, token, acquired);
+            }
+            false
+        }
+        Err(_) => {
+            ctx.records.line(format!("X {} N", mono()));
+            false
+        }
     }
+}
+
+/// A holder whose lease lapsed under its work writes anyway, once: the gate must refuse it
+/// once a newer holder has written.
+fn zombie_write(ctx: &Ctx, token: i64, acquired: u64) {
+    ctx.coordinator.gate(token, true, acquired);
 }

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The partition harness against planted bugs: its power, measured.
+#
+# For each plant (tests/jepsen/plants/NAME.patch, a small patch of the library or the
+# harness's worker), copies the checked-out tree (tracked and new files, as they are now) to a
+# scratch directory, applies the patch there, builds the copy with a target directory of its
+# own under target/ (dependencies built once, then only the crate), and runs the harness with
+# `--stop-at-first`: it checks the records after every fault and stops at the first violation.
+# Prints one Markdown row per plant: name, seed, seconds of faults until the first report (or
+# "not caught in S s"), and the violation. The library itself never carries the plants.
+#
+#   tests/jepsen/plants.sh [--seconds S] [--seed N] [--release] [--expect-caught] [NAME ...]
+#
+# No NAME: every plant. --expect-caught: exit 1 unless every named plant was caught (CI runs
+# one plant so, to show its short run still has teeth). Other harness flags after `--`.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+seconds=300
+seed=424242
+profile=()
+expect=0
+names=()
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
+    --release) profile=(--release); shift ;;
+    --expect-caught) expect=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) names+=("$1"); shift ;;
+  esac
+done
+if [ ${#names[@]} -eq 0 ]; then
+  for p in "$root"/tests/jepsen/plants/*.patch; do names+=("$(basename "$p" .patch)"); done
+fi
+
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/zkr-plants.XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+tree="$scratch/tree"
+export CARGO_TARGET_DIR="$root/target/plants"
+
+echo "| plant | seed | first report | violation |"
+echo "|---|---|---|---|"
+missed=0
+for name in "${names[@]}"; do
+  patch="$root/tests/jepsen/plants/$name.patch"
+  [ -f "$patch" ] || { echo "no plant $name ($patch)" >&2; exit 2; }
+  rm -rf "$tree" && mkdir -p "$tree"
+  (cd "$root" && git ls-files -z --cached --others --exclude-standard --deduplicate \
+     | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -x -C "$tree"
+  (cd "$tree" && git apply --unsafe-paths "$patch") \
+    || { echo "| $name | | patch does not apply | |"; missed=1; continue; }
+  log="$scratch/$name.log"
+  (cd "$tree" && cargo build -q "${profile[@]}" --test jepsen) >"$log" 2>&1 \
+    || { echo "| $name | | does not build (see below) | |"; tail -20 "$log" >&2; missed=1; continue; }
+  set +e
+  (cd "$tree" && cargo test -q "${profile[@]}" --test jepsen -- \
+     --seconds "$seconds" --seed "$seed" --stop-at-first "${extra[@]}") >>"$log" 2>&1
+  status=$?
+  set -e
+  first="$(grep -m1 '^jepsen: first violation after' "$log" || true)"
+  if [ -n "$first" ]; then
+    secs="$(sed -E 's/^jepsen: first violation after ([0-9.]+) s.*/\1/' <<<"$first")"
+    what="$(sed -E 's/^jepsen: first violation after [0-9.]+ s of faults: //' <<<"$first" | cut -c1-160)"
+    echo "| $name | $seed | $secs s | $what |"
+  elif [ $status -eq 0 ]; then
+    echo "| $name | $seed | not caught in $seconds s | |"
+    missed=1
+  else
+    why="$(grep -m1 -E "panicked|assert" "$log" | cut -c1-160 || true)"
+    echo "| $name | $seed | failed after the faults (status $status) | ${why} |"
+  fi
+  if [ -n "${ZKR_PLANTS_VERBOSE:-}" ]; then cat "$log" >&2; fi
+done
+if [ $expect -eq 1 ] && [ $missed -ne 0 ]; then
+  echo "a plant was not caught" >&2
+  exit 1
+fi
