@@ -73,6 +73,7 @@ pub(crate) struct Pending {
     pub xid: i32,
     /// The operation's code.
     pub op: i32,
+    /// When it went out, on the lease clock (`clock`).
     pub sent: Instant,
     /// Dropped unanswered when the connection dies: its caller then gets `None`.
     pub answer: Promise<Reply>,
@@ -366,6 +367,8 @@ impl Outbox {
         // `sent` only makes what an answer proves about the session (the lease anchored at
         // it) end sooner.
         let sent = Instant::now();
+        // The same reading on the lease clock, for what the answers prove (see `clock`).
+        let lease_sent = super::clock::lease_time(sent);
         let session = w.session;
         let ticket = |answer| Ticket {
             answer,
@@ -430,7 +433,7 @@ impl Outbox {
                     answers.pending.push_back(Pending {
                         xid,
                         op,
-                        sent,
+                        sent: lease_sent,
                         answer: tx,
                         watch,
                         anchors,

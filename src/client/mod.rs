@@ -7,6 +7,7 @@
 
 mod api;
 mod builder;
+pub(crate) mod clock;
 mod config;
 mod conn;
 pub(crate) mod dial;

@@ -98,3 +98,13 @@ impl From<std::io::Error> for HarnessError {
         HarnessError::Io(e)
     }
 }
+
+/// Moves the clock every lease bound of this process is kept on forward by `by`, as a suspend
+/// of the machine that long would: the servers' clocks ran on while this machine slept, so every
+/// [`Lease::valid_until`](crate::lock::Lease::valid_until) and
+/// [`Client::session_valid_until`](crate::Client::session_valid_until) comes `by` closer.
+/// Process-wide and for good: give such a test a binary of its own. (On Linux the bounds read
+/// `CLOCK_BOOTTIME`, which a real suspend moves the same way; `Instant` does not see it.)
+pub fn suspend_lease_clock(by: std::time::Duration) {
+    crate::client::clock::testing_suspend(by);
+}

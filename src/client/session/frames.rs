@@ -13,7 +13,7 @@ pub(super) const SESSION_CLOSED_REQUIRE_AUTH: i32 = -124;
 
 /// The connection's keep-alives, and what its answers prove the leader has seen.
 pub(super) struct Beats {
-    /// When the unanswered ping went out.
+    /// When the unanswered ping went out, on the lease clock (`clock`).
     pub(super) ping_sent: Option<Instant>,
     /// A lease heartbeat (a check-only transaction) waits for its answer.
     pub(super) heartbeat_out: bool,
@@ -24,7 +24,7 @@ pub(super) struct Beats {
     /// A read-only server: it has no leader, so nothing it answers extends the lease.
     pub(super) read_only: bool,
     /// When the latest answer came: the server answers a session's requests in order, so the
-    /// next one waited only from then (or from its send, if later).
+    /// next one waited only from then (or from its send, if later). On the lease clock.
     pub(super) last_answer: Option<Instant>,
     /// An answer said the session is over: the connection ends here.
     pub(super) ended: Option<Ended>,
@@ -144,7 +144,7 @@ impl Core {
                 // The server touched the session for it, which the leader learns later.
                 // Not counted as the answer before the next one (`last_answer`): that one's
                 // wait is measured from its own send or an earlier answer, the safe side.
-                beats.touches.touched(sent, Instant::now());
+                beats.touches.touched(sent, clock::lease_now());
             }
             xid::SET_WATCHES => {
                 if let Some(ended) = ended_by(header.err) {
@@ -189,6 +189,8 @@ impl Core {
                     }
                 }
                 let now = Instant::now();
+                // What the answer proves about the session is kept on the lease clock.
+                let lease_now = clock::lease_time(now);
                 if pending.heartbeat {
                     beats.heartbeat_out = false;
                     beats.heartbeat_answered = Some(now);
@@ -213,14 +215,14 @@ impl Core {
                 // (it queued behind ours).
                 let waited_from = beats
                     .last_answer
-                    .replace(now)
+                    .replace(lease_now)
                     .map_or(pending.sent, |a| a.max(pending.sent));
                 if pending.anchors != Anchors::No && !beats.read_only {
                     let checked = request::leader_vouched(pending.anchors, &reply);
                     let through = Through {
                         sent: pending.sent,
                         waited_from,
-                        answered: now,
+                        answered: lease_now,
                         checked,
                     };
                     if let Some(touch) = beats.touches.leader_answered(through) {
@@ -228,7 +230,7 @@ impl Core {
                     }
                 }
                 if err == 0 || err == NO_NODE {
-                    beats.touches.touched(pending.sent, now);
+                    beats.touches.touched(pending.sent, lease_now);
                 }
                 pending.answer.fulfil(reply);
                 beats.ended = ended_by(err).or(beats.ended);

@@ -315,7 +315,8 @@ impl Core {
             self.track_connecting(s)
         })?;
         bound(writer.socket(), until)?;
-        let sent_at = Instant::now();
+        // On the lease clock: it may anchor the bound (see `clock`).
+        let sent_at = clock::lease_now();
         let request = ConnectRequest {
             last_zxid_seen: self.last_zxid.load(Ordering::SeqCst),
             timeout_ms: i32::try_from(self.config.session_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -559,7 +560,7 @@ impl Core {
                 if beat_now {
                     beats.heartbeat_out = true;
                 } else if ping {
-                    beats.ping_sent = Some(now);
+                    beats.ping_sent = Some(clock::lease_time(now));
                 }
                 (beats.last_recv, anchor_at, beat, ping)
             };
@@ -638,7 +639,7 @@ impl Core {
 
     /// The send time of the latest answer that extended the lease bound.
     fn anchored_at(&self) -> Option<Instant> {
-        self.status.lock().leader_saw
+        self.status.lock().leader_saw.and_then(clock::to_instant)
     }
 }
 

@@ -25,6 +25,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
+use super::clock;
 use super::config::{strip, strip_owned, Config};
 use super::conn::{self, Anchors, FrameReader, Outbox, Outgoing};
 use super::dial::{bound, resolve};
@@ -87,7 +88,8 @@ struct Status {
     phase: Phase,
     session: Option<Session>,
     /// The leader has certainly touched `session` at or after this instant (see `touches`):
-    /// it cannot expire it before this plus the session timeout.
+    /// it cannot expire it before this plus the session timeout. On the lease clock
+    /// (`clock`): a suspend of the machine since brings the bound closer.
     leader_saw: Option<Instant>,
     /// Since when no connection has carried a live session (set on SUSPENDED, kept through
     /// LOST, cleared on CONNECTED/RECONNECTED). No call waits past this plus the session
@@ -441,7 +443,9 @@ impl Core {
     pub fn session_valid_until(&self) -> Option<Instant> {
         let status = self.status.lock();
         let session = status.session.as_ref()?;
-        status.leader_saw.map(|sent| sent + session.timeout)
+        status
+            .leader_saw
+            .and_then(|sent| clock::to_instant(sent + session.timeout))
     }
 
     #[cfg(feature = "testing")]

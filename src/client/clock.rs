@@ -1,0 +1,99 @@
+//! The clock the lease bound is kept on: one that also counts the time the machine spent
+//! suspended.
+//!
+//! `Instant` reads `CLOCK_MONOTONIC` on Linux, which stops while the machine is suspended (a
+//! laptop's lid closed, a virtual machine frozen by its host) and does not count that time once
+//! it resumes. The servers' clocks do count it. A bound kept on `Instant` alone would, after a
+//! resume, still vouch for a session the leader expired while this machine slept. Linux's
+//! `CLOCK_BOOTTIME` is `CLOCK_MONOTONIC` plus the time spent suspended.
+//!
+//! So the readings the bound is made of (the send and answer times in `touches`, the anchor
+//! kept as `leader_saw`) are taken on the *lease clock*: an `Instant` moved forward by the time
+//! spent suspended since this process first looked ([`lease_time`]). Their differences count
+//! suspended time, as the servers' do. A bound goes back to an ordinary `Instant` for its users
+//! by taking off the time spent suspended by then ([`to_instant`]): a suspend after the anchor
+//! brings every bound that rests on it closer by as much.
+//!
+//! A reading must be moved onto the lease clock when it is taken, never later: a suspend
+//! between the two would be counted as if it came before the reading, and the bound would
+//! overstate by its length.
+//!
+//! Elsewhere than Linux the suspended time reads zero (the lease clock is `Instant`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A testing seam: time added to the suspended time, as a suspend of the machine would.
+static SUSPENDED_BY_TESTS: AtomicU64 = AtomicU64::new(0);
+
+/// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC` now: the time the machine has spent suspended since
+/// it booted (a few microseconds of noise between the two readings aside).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn suspended_since_boot() -> Duration {
+    use rustix::time::{clock_gettime, ClockId};
+    let to = |t: rustix::time::Timespec| {
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+    };
+    // Monotonic first: noise between the readings can only make the difference larger, which
+    // makes bounds shorter.
+    let monotonic = to(clock_gettime(ClockId::Monotonic));
+    let boottime = to(clock_gettime(ClockId::Boottime));
+    boottime.saturating_sub(monotonic)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn suspended_since_boot() -> Duration {
+    Duration::ZERO
+}
+
+/// The time this machine spent suspended since the process first asked.
+pub(crate) fn suspended() -> Duration {
+    static BASE: OnceLock<Duration> = OnceLock::new();
+    let now = suspended_since_boot();
+    let base = *BASE.get_or_init(|| now);
+    now.saturating_sub(base) + Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst))
+}
+
+/// `at`, a reading of `Instant` taken just now, on the lease clock.
+pub(crate) fn lease_time(at: Instant) -> Instant {
+    at + suspended()
+}
+
+/// Now, on the lease clock.
+pub(crate) fn lease_now() -> Instant {
+    lease_time(Instant::now())
+}
+
+/// A lease-clock instant as the `Instant` it falls on now (earlier by the time spent suspended
+/// so far); `None` if that is before `Instant`'s range.
+pub(crate) fn to_instant(at: Instant) -> Option<Instant> {
+    at.checked_sub(suspended())
+}
+
+/// Moves the lease clock forward by `by`, as a suspend of the machine that long would
+/// (process-wide, for every client). Only for tests of what a suspend does to leases.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn testing_suspend(by: Duration) {
+    let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+    SUSPENDED_BY_TESTS.fetch_add(nanos, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_that_never_slept_keeps_lease_time_on_instant() {
+        // Neither this process nor its tests suspended the clock here (the seam is only
+        // used by the integration test of its own binary).
+        let at = Instant::now();
+        let lease = lease_time(at);
+        assert!(lease >= at);
+        assert!(lease - at < Duration::from_millis(50), "{:?}", lease - at);
+        assert_eq!(to_instant(lease).map(|i| i <= lease), Some(true));
+    }
+}
