@@ -12,7 +12,8 @@
 //! - no hold's fencing token is lower than an earlier hold's (a gate admits no stale token);
 //! - every timed acquire returned by its deadline plus `EPSILON`, less the time its own
 //!   process spent paused by the nemesis;
-//! - every lock is held again, soon, after the last fault healed;
+//! - every lock is held again, soon, after the last fault healed, and at a progress
+//!   checkpoint every minute of faults;
 //! - a semaphore of `SEMAPHORE_LEASES` leases never has more holders than that;
 //! - each lock's protected resource (a `FencingGate` in this process, which the workers write
 //!   to after each vouched piece, and once more as zombies after their lease refused a `run`)
@@ -78,6 +79,10 @@ const RECIPES: [&str; 8] = [
 const WORKERS_PER_RECIPE: usize = 3;
 /// The leases of the `semaphore-v2x2` recipe (its three workers contend for two).
 const SEMAPHORE_LEASES: usize = 2;
+/// How often the faults pause for a progress checkpoint.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
+/// How soon every lock must be held again once the faults pause.
+const SETTLE: Duration = Duration::from_secs(30);
 /// Default length of the fault phase (CI).
 const CI_SECONDS: u64 = 60;
 
@@ -184,8 +189,8 @@ struct Worker {
 struct Workers {
     workers: Vec<Worker>,
     gates: Arc<HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>>,
-    /// The index of a worker whose write was just answered.
-    cues: Receiver<usize>,
+    /// A worker whose write was just answered, and when.
+    cues: Receiver<(usize, u64)>,
 }
 
 impl std::ops::Deref for Workers {
@@ -348,7 +353,14 @@ fn run(o: &Options) {
     let chaos_started = Instant::now();
     let mut exited = Vec::new();
     let mut first: Option<(f64, String)> = None;
-    let (counts, pauses, missed_cues) = {
+    // Progress checkpoints: every CHECKPOINT_EVERY of faults, a pause in them, and every lock
+    // must be held again within SETTLE (a recipe stuck on a lost wake-up shows here, not only
+    // at the end).
+    let mut stuck_at_checkpoints: Vec<String> = Vec::new();
+    let mut checkpoints = 0u32;
+    let mut slowest_recovery = Duration::ZERO;
+    let mut next_checkpoint = CHECKPOINT_EVERY;
+    let (counts, pauses, missed_cues, cue_lag) = {
         let nemesis = Nemesis::new(&cluster, &workers);
         let mut step = 0usize;
         while chaos_started.elapsed() < chaos_for {
@@ -362,9 +374,27 @@ fn run(o: &Options) {
             };
             step += 1;
             nemesis.fault(&mut rng, kind);
+            if chaos_started.elapsed() >= next_checkpoint {
+                next_checkpoint += CHECKPOINT_EVERY;
+                nemesis.heal_all();
+                checkpoints += 1;
+                let (since, waited) = (mono(), Instant::now());
+                if wait_until(SETTLE, || held_since(&workers, since)).is_none() {
+                    stuck_at_checkpoints.push(format!(
+                        "after {:.0} s of faults, not held again within {SETTLE:?}: {:?}",
+                        chaos_started.elapsed().as_secs_f64(),
+                        not_held_since(&workers, since)
+                    ));
+                }
+                slowest_recovery = slowest_recovery.max(waited.elapsed());
+            }
             if o.stop_at_first {
                 let report = workers.check(&nemesis.pauses.lock());
-                let found = report.violations().next().cloned();
+                let found = report
+                    .violations()
+                    .chain(&stuck_at_checkpoints)
+                    .next()
+                    .cloned();
                 if let Some(v) = found {
                     first = Some((chaos_started.elapsed().as_secs_f64(), v));
                     break;
@@ -375,7 +405,15 @@ fn run(o: &Options) {
         let counts = nemesis.counts.lock().clone();
         let pauses = nemesis.pauses.lock().clone();
         let missed = *nemesis.missed_cues.lock();
-        (counts, pauses, missed)
+        let mut lag = nemesis.cue_lag.lock().clone();
+        lag.sort_unstable();
+        let cue_lag = (!lag.is_empty()).then(|| {
+            (
+                Duration::from_nanos(lag[lag.len() / 2]),
+                Duration::from_nanos(lag[lag.len() * 9 / 10]),
+            )
+        });
+        (counts, pauses, missed, cue_lag)
     };
     exited.extend(workers.exited());
     if let Some((secs, line)) = &first {
@@ -383,7 +421,7 @@ fn run(o: &Options) {
     }
     let healed = mono();
     // Progress: after the last fault, every lock is held again.
-    let settle = Duration::from_secs(30);
+    let settle = SETTLE;
     let progressed = wait_until(settle, || held_since(&workers, healed)).is_some();
     let stuck = not_held_since(&workers, healed);
     let ended = mono();
@@ -395,7 +433,9 @@ fn run(o: &Options) {
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
          checked over {:.0} s, {} timed acquires, {} runs refused before the work and {} \
          after it, {} gate writes ({} by zombies, {} of them refused), closest handover {:?}, \
-         faults {counts:?} ({missed_cues} write-timed isolations without a cue), overlaps {}, \
+         faults {counts:?} ({missed_cues} write-timed isolations without a cue; from a write's \
+         answer to its cut, p50 and p90: {cue_lag:?}), {checkpoints} \
+         progress checkpoints (slowest recovery {slowest_recovery:?}), overlaps {}, \
          stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
          held again after the last fault: {progressed}",
         report.holds,
@@ -415,7 +455,13 @@ fn run(o: &Options) {
         report.late.len(),
         report.worst_overrun,
     );
-    for line in report.violations().chain(&exited).chain(&statuses).take(20) {
+    for line in report
+        .violations()
+        .chain(&stuck_at_checkpoints)
+        .chain(&exited)
+        .chain(&statuses)
+        .take(20)
+    {
         println!("  {line}");
     }
     let replay = format!("replay with --seed {seed}");
@@ -439,6 +485,10 @@ fn run(o: &Options) {
     assert!(
         exited.is_empty() && statuses.is_empty(),
         "a worker ended wrongly; {replay}"
+    );
+    assert!(
+        stuck_at_checkpoints.is_empty(),
+        "a lock was not held again at a progress checkpoint; {replay}"
     );
     assert!(
         progressed,
@@ -534,15 +584,15 @@ fn serve(
     stdout: std::process::ChildStdout,
     stdin: &Mutex<Option<ChildStdin>>,
     gates: &HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>,
-    cues: &Sender<usize>,
+    cues: &Sender<(usize, u64)>,
 ) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let f: Vec<&str> = line.split(' ').collect();
         match f.as_slice() {
-            ["W"] => {
+            ["W", when] => {
                 // Nobody waiting: the cue is dropped.
-                let _ = cues.try_send(index);
+                let _ = cues.try_send((index, when.parse().unwrap_or(0)));
             }
             ["G", token, kind, acquired] => {
                 let (Ok(token), Ok(acquired)) = (token.parse::<i64>(), acquired.parse::<u64>())

@@ -74,6 +74,8 @@ pub struct Nemesis<'a> {
     pub pauses: Mutex<Vec<(usize, u64, u64)>>,
     /// Write-timed isolations that found no cue from a holder on a follower in time.
     pub missed_cues: Mutex<u32>,
+    /// For each write-timed cut, nanoseconds from the write's answer to the cut.
+    pub cue_lag: Mutex<Vec<u64>>,
 }
 
 fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
@@ -88,6 +90,7 @@ impl<'a> Nemesis<'a> {
             counts: Mutex::new(BTreeMap::new()),
             pauses: Mutex::new(Vec::new()),
             missed_cues: Mutex::new(0),
+            cue_lag: Mutex::new(Vec::new()),
         }
     }
 
@@ -229,20 +232,29 @@ impl<'a> Nemesis<'a> {
             .position(|p| p.connections() > 0)
     }
 
-    /// Waits (up to 3 s) for a holder attached to a follower to say its write was answered,
-    /// and cuts that follower off from the others at once, for 1–4 s.
+    /// Sends about half the leader's clients elsewhere, then waits (up to 3 s) for a holder
+    /// attached to a follower to say its write was answered, and cuts that follower off from
+    /// the others at once (both ways, or its sends to the leader), for 1–4 s.
     fn write_timed_isolation(&self, rng: &mut fastrand::Rng) -> bool {
         let Some(leader) = self.cluster.leader() else {
             return false;
         };
+        self.spread_from(leader, rng);
         let cues = &self.workers.cues;
         // Cues from before now are stale.
         while cues.try_recv().is_ok() {}
         let until = Instant::now() + Duration::from_secs(3);
-        while let Ok(w) = cues.recv_deadline(until) {
+        while let Ok((w, answered)) = cues.recv_deadline(until) {
             match self.member_of(w) {
                 Some(m) if m != leader => {
-                    self.cluster.isolate(m);
+                    self.cue_lag.lock().push(mono().saturating_sub(answered));
+                    // Cut off both ways, or only its sends to the leader (which then expires the
+                    // session while the follower still hears it, and closes the connection).
+                    if rng.bool() {
+                        self.cluster.isolate(m);
+                    } else {
+                        self.cluster.hold_sends(m, leader);
+                    }
                     thread::sleep(ms(rng, 1000, 4000));
                     self.cluster.rejoin(m);
                     return true;
@@ -254,11 +266,23 @@ impl<'a> Nemesis<'a> {
         false
     }
 
+    /// Cuts the links of about half the workers attached to `member`, so that they reconnect
+    /// elsewhere: each isolation of a follower sends its clients away, and without this they
+    /// gather on the leader, where no fault aimed at followers finds them.
+    fn spread_from(&self, member: usize, rng: &mut fastrand::Rng) {
+        for (w, worker) in self.workers.workers.iter().enumerate() {
+            if self.member_of(w) == Some(member) && rng.bool() {
+                worker.proxies.iter().for_each(FaultProxy::cut);
+            }
+        }
+    }
+
     /// The residual race of the lease bound, in its order, around a likely holder's follower.
     fn residual_race(&self, rng: &mut fastrand::Rng) -> bool {
         let Some(l) = self.cluster.leader() else {
             return false;
         };
+        self.spread_from(l, rng);
         let w = likely_holder(&self.workers.workers);
         let f = match self.member_of(w) {
             Some(m) if m != l => m,

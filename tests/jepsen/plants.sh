@@ -7,7 +7,8 @@
 # own under target/ (dependencies built once, then only the crate), and runs the harness with
 # `--stop-at-first`: it checks the records after every fault and stops at the first violation.
 # Prints one Markdown row per plant: name, seed, seconds of faults until the first report (or
-# "not caught in S s"), and the violation. The library itself never carries the plants.
+# "not caught in S s"), and the violation. The library itself never carries the plants. Each
+# run's whole output stays in target/plants/logs/NAME.log.
 #
 #   tests/jepsen/plants.sh [--seconds S] [--seed N] [--release] [--expect-caught] [NAME ...]
 #
@@ -51,7 +52,8 @@ for name in "${names[@]}"; do
      | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -x -C "$tree"
   (cd "$tree" && git apply --unsafe-paths "$patch") \
     || { echo "| $name | | patch does not apply | |"; missed=1; continue; }
-  log="$scratch/$name.log"
+  mkdir -p "$CARGO_TARGET_DIR/logs"
+  log="$CARGO_TARGET_DIR/logs/$name.log"
   (cd "$tree" && cargo build -q "${profile[@]}" --test jepsen) >"$log" 2>&1 \
     || { echo "| $name | | does not build (see below) | |"; tail -20 "$log" >&2; missed=1; continue; }
   set +e

@@ -2,8 +2,8 @@
 //! down every acquire, every vouched piece of work, every refused `run` and every timed call.
 //!
 //! Beside its records it speaks to the coordinator over its standard streams:
-//! - `W` on stdout: a write the server checked against the hold (`while_held`) was just
-//!   answered. The nemesis may be waiting for that cue to cut the member off (the moment a
+//! - `W <when>` on stdout: a write the server checked against the hold (`while_held`) was
+//!   answered at `when`. The nemesis may be waiting for that cue to cut the member off (the moment a
 //!   lease bound that trusts the write's own send time overstates the most).
 //! - `G <token> <L|Z> <acquired>` on stdout: a write to the protected resource, the
 //!   coordinator's `FencingGate` for this lock, from a live hold (`L`, its piece vouched) or a
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use zk_recipes::lock::{Lease, RunError};
+use zk_recipes::lock::{Lease, RunError, WhileHeld};
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
     InterProcessSemaphoreV2, LeaderLatch, LeaderSelector,
@@ -287,38 +287,54 @@ fn contend<G: Deref<Target = Lease>>(
     }
 }
 
-/// Up to `most` pieces of work under `lease`, now and then after an idle spell and a write.
+/// Up to `most` pieces of work under `lease`, now and then after an idle spell and a write;
+/// after a write, on for at least a session timeout more (a job that records its intent, then
+/// works on it): the stretch a bound that trusted the write too much would vouch for wrongly.
 fn hold(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired: u64, most: u32) {
-    for _ in 0..rng.u32(1..=most) {
+    let pieces = rng.u32(1..=most);
+    let mut done = 0;
+    let mut on_until = 0;
+    while done < pieces || mono() < on_until {
+        done += 1;
         if !vouch(ctx, lease, rng, kind, acquired) {
             break;
         }
-        idle_then_write(ctx, lease, rng);
+        if idle_then_write(ctx, lease, rng) {
+            on_until = mono() + SESSION.as_nanos() as u64;
+        }
     }
 }
 
 /// Now and then, what a real holder does between two pieces of work: nothing for a while
-/// (its connection only pings), a read, and a write the server checks against the hold;
-/// then it tells the coordinator the write was answered (`W`). The piece after it is vouched
-/// for by a bound the write may have moved: the moment a fault timed on this cue tests it.
-/// Liars never idle: their pauses should land inside their work.
-fn idle_then_write(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng) {
+/// (its connection only pings), sometimes a read, and a write the server checks against the
+/// hold; then it tells the coordinator the write was answered (`W <when>`). The pieces after
+/// it are vouched for by a bound the write may have moved: what a fault timed on this cue
+/// tests. Liars never idle: their pauses should land inside their work. True if a write was
+/// answered.
+fn idle_then_write(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng) -> bool {
     if ctx.liar || rng.u32(0..4) != 0 {
-        return;
+        return false;
     }
     // Workload shape (an idle holder), not a synchronisation.
     thread::sleep(Duration::from_millis(rng.u64(0..900)));
-    if ctx.client.exists(&ctx.scratch).is_err() {
-        return;
+    // Short calls: a write stuck behind a fault must not stop the holder from working on while
+    // its lease says it may (what the lease is for, and what a bound that overstates betrays).
+    let quick = ctx.client.with_timeout(Duration::from_millis(250));
+    // Half the time a read just before the write: a fresh touch that the write's answer may
+    // seem to vouch for before the follower passed it on.
+    if rng.bool() {
+        if quick.exists(&ctx.scratch).is_err() {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(rng.u64(0..60)));
     }
-    thread::sleep(Duration::from_millis(rng.u64(0..60)));
-    if lease
-        .while_held()
+    let wrote = WhileHeld::for_node(&quick, lease.node_path())
         .set_data(&ctx.scratch, b"w", None)
-        .is_ok()
-    {
-        ctx.coordinator.say("W");
+        .is_ok();
+    if wrote {
+        ctx.coordinator.say(&format!("W {}", mono()));
     }
+    wrote
 }
 
 /// One piece of work through `run`: recorded only if the hold was valid before and after it,
