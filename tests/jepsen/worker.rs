@@ -288,8 +288,9 @@ fn contend<G: Deref<Target = Lease>>(
 }
 
 /// Up to `most` pieces of work under `lease`, now and then after an idle spell and a write;
-/// after a write, on for at least a session timeout more (a job that records its intent, then
-/// works on it): the stretch a bound that trusted the write too much would vouch for wrongly.
+/// after a write, on without idling for at least a session timeout more (a job that records its
+/// intent, then works on it): the stretch a bound that trusted the write too much would vouch
+/// for wrongly.
 fn hold(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired: u64, most: u32) {
     let pieces = rng.u32(1..=most);
     let mut done = 0;
@@ -299,7 +300,8 @@ fn hold(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired:
         if !vouch(ctx, lease, rng, kind, acquired) {
             break;
         }
-        if idle_then_write(ctx, lease, rng) {
+        // After a write, work without idling until the stretch is over.
+        if mono() >= on_until && idle_then_write(ctx, lease, rng) {
             on_until = mono() + SESSION.as_nanos() as u64;
         }
     }
