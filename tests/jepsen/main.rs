@@ -362,15 +362,20 @@ fn run(o: &Options) {
     let mut next_checkpoint = CHECKPOINT_EVERY;
     let (counts, pauses, missed_cues, cue_lag) = {
         let nemesis = Nemesis::new(&cluster, &workers);
+        let draws: Vec<&'static str> = o
+            .kinds
+            .iter()
+            .flat_map(|&k| std::iter::repeat_n(k, nemesis::weight(k)))
+            .collect();
         let mut step = 0usize;
         while chaos_started.elapsed() < chaos_for {
             // Quiet between faults: the adversary's rhythm, not a synchronisation.
             thread::sleep(Duration::from_millis(rng.u64(200..800)));
-            // The first faults are one of each kind, then at random.
+            // The first faults are one of each kind, then at random by weight.
             let kind = if step < o.kinds.len() {
                 o.kinds[step]
             } else {
-                o.kinds[rng.usize(0..o.kinds.len())]
+                draws[rng.usize(0..draws.len())]
             };
             step += 1;
             nemesis.fault(&mut rng, kind);

@@ -48,6 +48,17 @@ pub const KINDS: [&str; 17] = [
     "composed",
 ];
 
+/// How often each kind is drawn after the first round, relative to the others: the
+/// write-timed isolation aims at the whole class of bounds that overstate (the one the lease
+/// exists to rule out), and a composed fault covers many orders of many faults.
+pub fn weight(kind: &str) -> usize {
+    match kind {
+        "write-timed-isolation" => 3,
+        "composed" => 2,
+        _ => 1,
+    }
+}
+
 /// The fault kinds a composed fault draws from: at most one of them kills a member.
 const COMPOSABLE: [&str; 11] = [
     "holder-pause",

@@ -340,8 +340,8 @@ fn idle_then_write(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng) -> bool {
 }
 
 /// One piece of work through `run`: recorded only if the hold was valid before and after it,
-/// then written to the gate. A refused `run` is recorded (`X <time> N|E`); after one that
-/// ran but expired, the worker writes to the gate as a zombie.
+/// then written to the gate. A refused `run` is recorded (`X <time> N|E`), and the worker
+/// writes to the gate once more as a zombie would, with its old token.
 /// `kind`: `W` for a hold that excludes every other, `R` for a read hold.
 fn vouch(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired: u64) -> bool {
     let Ok(token) = lease.fencing_token() else {
@@ -381,6 +381,10 @@ fn vouch(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired
         }
         Err(_) => {
             ctx.records.line(format!("X {} N", mono()));
+            // A zombie does not ask its lease: it writes as it would have.
+            if kind == 'W' {
+                zombie_write(ctx, token, acquired);
+            }
             false
         }
     }
