@@ -172,6 +172,9 @@ struct Options {
     kinds: Vec<&'static str>,
 }
 
+/// Each lock's protected resource: its gate, and the writes it took in its order.
+type Gates = HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>;
+
 struct Worker {
     recipe: &'static str,
     child: Child,
@@ -188,7 +191,7 @@ struct Worker {
 /// resumes and kills them all, also on panic.
 struct Workers {
     workers: Vec<Worker>,
-    gates: Arc<HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>>,
+    gates: Arc<Gates>,
     /// A worker whose write was just answered, and when.
     cues: Receiver<(usize, u64)>,
 }
@@ -515,7 +518,7 @@ fn spawn(
     security: &[(&str, String)],
 ) -> Workers {
     let exe = std::env::current_exe().expect("own path");
-    let gates: Arc<HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>> = Arc::new(
+    let gates: Arc<Gates> = Arc::new(
         recipes
             .iter()
             .map(|r| (*r, Mutex::new((FencingGate::new(), Vec::new()))))
@@ -588,7 +591,7 @@ fn serve(
     recipe: &'static str,
     stdout: std::process::ChildStdout,
     stdin: &Mutex<Option<ChildStdin>>,
-    gates: &HashMap<&'static str, Mutex<(FencingGate, Vec<GateWrite>)>>,
+    gates: &Gates,
     cues: &Sender<(usize, u64)>,
 ) {
     for line in BufReader::new(stdout).lines() {
