@@ -112,7 +112,7 @@ impl<'a> Nemesis<'a> {
             "holder-pause" | "long-holder-pause" => {
                 let long = kind == "long-holder-pause";
                 let w = if long || rng.bool() {
-                    likely_holder(workers)
+                    likely_holder(workers, rng)
                 } else {
                     rng.usize(0..workers.len())
                 };
@@ -294,7 +294,7 @@ impl<'a> Nemesis<'a> {
             return false;
         };
         self.spread_from(l, rng);
-        let w = likely_holder(&self.workers.workers);
+        let w = likely_holder(&self.workers.workers, rng);
         let f = match self.member_of(w) {
             Some(m) if m != l => m,
             _ => match self.follower(rng) {
