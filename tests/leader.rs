@@ -291,3 +291,33 @@ fn a_session_latch_hears_lost_by_its_lease_bound_on_a_silent_connection() {
     assert!(second.await_leadership(SOON).unwrap());
     f.proxy.heal();
 }
+
+/// `LeaderLatch::lease()` hands out the hold of one term. When the term ends (here by
+/// `close()`, and another latch leads), a lease the caller kept must stop vouching: it never
+/// again says yes, whatever the session's bound does.
+#[test]
+fn a_latch_s_lease_kept_past_its_term_stops_vouching() {
+    let path = root("latch-lease-term");
+    let (ca, cb) = (client(), client());
+    let a = LeaderLatch::new(&ca, &path, "a").unwrap();
+    a.start().unwrap();
+    assert!(a.await_leadership(SOON).unwrap());
+    let kept = a.lease().expect("a lease while leading");
+    kept.check().expect("valid while leading");
+    let token = kept.fencing_token().unwrap();
+    let b = LeaderLatch::new(&cb, &path, "b").unwrap();
+    b.start().unwrap();
+    a.close();
+    assert!(b.await_leadership(SOON).unwrap());
+    assert!(
+        kept.check().is_err(),
+        "a closed latch's lease still vouches"
+    );
+    assert!(!kept.is_held());
+    let next = b.lease().expect("b leads").fencing_token().unwrap();
+    assert!(
+        next > token,
+        "the next term's token {next} is not above {token}"
+    );
+    b.close();
+}

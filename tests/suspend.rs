@@ -2,19 +2,25 @@
 //! host): the servers' clocks ran on meanwhile, so a lease must count the suspended time, which
 //! `Instant` (CLOCK_MONOTONIC) does not see. The library keeps its bounds on CLOCK_BOOTTIME's
 //! count of suspended time; here the suspend is made through that clock's seam
-//! (`testing::suspend_lease_clock`), which moves it for the whole process: this binary holds
-//! this one test alone.
+//! (`testing::suspend_lease_clock`), which moves it for the whole process: the tests of this
+//! binary take turns.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
+use parking_lot::Mutex;
+use zk_recipes::leader::LeaderLatch;
 use zk_recipes::testing::suspend_lease_clock;
 use zk_recipes::InterProcessMutex;
 
+/// The seam moves the clock for the whole process: one test at a time.
+static SEAM: Mutex<()> = Mutex::new(());
+
 #[test]
 fn a_suspend_past_the_bound_ends_the_lease_at_once_and_the_leader_renews_it_after() {
+    let _one_at_a_time = SEAM.lock();
     init_logs();
     let client = connect(&server().connect_string(), Duration::from_secs(10));
     let mutex = InterProcessMutex::new(&client, &root("suspend")).expect("mutex");
@@ -48,4 +54,31 @@ fn a_suspend_past_the_bound_ends_the_lease_at_once_and_the_leader_renews_it_afte
         "the lease was not renewed after the resume"
     );
     guard.release().expect("release");
+}
+
+/// A latch whose line token was lost to a suspension (SUSPENDED, then back on the same
+/// session) and whose lease bound then runs out while it stays first in line: nothing else
+/// holds a live token, so unless the latch keeps one while it waits to lead again, no heartbeat
+/// goes out, the bound never comes back, and it never leads again (nor does anyone behind it).
+#[test]
+fn a_latch_first_in_line_whose_bound_ran_out_leads_again() {
+    let _one_at_a_time = SEAM.lock();
+    let faulty = faulty();
+    let client = connect(&faulty.proxy.connect_string(), Duration::from_secs(4));
+    let latch = LeaderLatch::new(&client, &root("latch-after-lapse"), "only").expect("latch");
+    latch.start().expect("start");
+    assert!(latch.await_leadership(SOON).expect("await"));
+    // SUSPENDED and back on the same session: the latch's place in line keeps a lost token.
+    faulty.proxy.cut();
+    assert!(
+        latch.await_leadership(SOON).expect("await"),
+        "not leading again after the reconnect"
+    );
+    // The bound runs out while the connection lives on.
+    suspend_lease_clock(client.session_timeout());
+    assert!(
+        latch.await_leadership(SOON).expect("await"),
+        "first in line on a live session, yet never leading again"
+    );
+    latch.close();
 }

@@ -23,6 +23,11 @@ type Listener = Arc<dyn Fn(LeadershipEvent) + Send + Sync>;
 struct State {
     /// The hold under which we lead, while we do.
     lease: Option<Arc<Lease>>,
+    /// A claim that found us first in line on our live session but its bound run out: kept
+    /// (its token live) so that the client's heartbeat goes on and the bound can come back.
+    /// Without it, once the token of our place in line is lost to a suspension, nothing live
+    /// is left, no heartbeat goes out, and we stay first without ever leading again.
+    waiting: Option<Lease>,
     node: Option<String>,
     closed: bool,
     /// Set by `close()`: when the latch thread must be done (its calls and the node's
@@ -254,9 +259,18 @@ impl Inner {
         let (was, now) = {
             let mut state = self.state.lock();
             let was = state.lease.is_some();
+            state.waiting = None;
             // A latch being closed takes up nothing (`close()` may have begun during the
             // claim's look at the node).
-            state.lease = lease.filter(|_| state.close_by.is_none());
+            let lease = lease.filter(|_| state.close_by.is_none());
+            // The term that ends (or gives way to another) ends for every copy of its lease a
+            // caller kept (`LeaderLatch::lease`): it never vouches again.
+            if let Some(old) = state.lease.take() {
+                if !lease.as_ref().is_some_and(|new| Arc::ptr_eq(new, &old)) {
+                    old.token.mark_lost();
+                }
+            }
+            state.lease = lease;
             self.changed.notify_all();
             (was, state.lease.is_some())
         };
@@ -471,8 +485,10 @@ impl Inner {
             Some(token) if !token.is_lost() => {
                 let lease = self.core.lease(node.clone(), token);
                 // Not on a lease whose bound has run out: the leader may be expiring the
-                // session (the caller looks again later).
+                // session (the caller looks again later). Its token stays live meanwhile, so
+                // that heartbeats go out and the bound can come back.
                 if lease.check().is_err() {
+                    self.state.lock().waiting = Some(lease);
                     return false;
                 }
                 self.set_leading(Some(Arc::new(lease)));

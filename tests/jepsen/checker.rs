@@ -38,8 +38,15 @@ pub struct Recorded {
 }
 
 pub fn read(path: &Path) -> Recorded {
+    parse(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
+/// The records in `text`. Whatever follows the last newline is a line still being written (or
+/// cut short by the end of its process) and is left out, even where it would parse: `H s e 12`
+/// with its token cut short would read as a stale token.
+pub fn parse(text: &str) -> Recorded {
     let mut out = Recorded::default();
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
     // The current hold: when its acquire returned, and whether a piece of it is recorded.
     let mut acquired: Option<u64> = None;
     let mut open = false;
@@ -221,77 +228,83 @@ pub fn check(
             }
         }
     }
-    for (recipe, mut holds) in by_recipe {
-        holds.sort_by_key(|(_, h)| h.start);
-        let capacity = capacity(recipe);
-        // Holds still open at the current one's start.
-        let mut active: Vec<(usize, Hold)> = Vec::new();
-        let mut top_token = i64::MIN;
-        // The exclusive hold that ended last so far, and its worker.
-        let mut last_end: Option<(usize, u64)> = None;
-        for &(i, h) in &holds {
-            active.retain(|(_, a)| a.end > h.start);
-            if h.exclusive {
-                if let Some((j, end)) = last_end {
-                    if j != i && h.start >= end {
-                        let gap = Duration::from_nanos(h.start - end);
-                        if report.closest.is_none_or(|(c, _)| gap < c) {
-                            report.closest = Some((gap, recipe));
-                        }
-                    }
-                }
-                if last_end.is_none_or(|(_, end)| h.end > end) {
-                    last_end = Some((i, h.end));
-                }
-            }
-            // Read holds share with each other; nothing else shares beyond the capacity.
-            let conflicting: Vec<&(usize, Hold)> = active
-                .iter()
-                .filter(|(_, a)| a.exclusive || h.exclusive)
-                .collect();
-            let over = if capacity == 1 {
-                conflicting.len()
-            } else if conflicting.len() >= capacity {
-                1
-            } else {
-                0
-            };
-            for &&(j, a) in conflicting.iter().take(over) {
-                report.overlaps.push(format!(
-                    "{recipe}: worker {j} vouched [{}, {}] (token {}{}), worker {i} held \
-                     from {} (token {}{}): {:?} together{}",
-                    a.start,
-                    a.end,
-                    a.token,
-                    if a.exclusive { "" } else { ", read" },
-                    h.start,
-                    h.token,
-                    if h.exclusive { "" } else { ", read" },
-                    Duration::from_nanos(a.end.min(h.end) - h.start),
-                    if capacity > 1 {
-                        format!(", {} holders of {capacity} leases", conflicting.len() + 1)
-                    } else {
-                        String::new()
-                    }
-                ));
-            }
-            active.push((i, h));
-            // Fencing tokens order the exclusive holds (a gate is for writers).
-            if h.exclusive && capacity == 1 {
-                if h.token < top_token {
-                    report.stale.push(format!(
-                        "{recipe}: worker {i} held with token {} after token {top_token}",
-                        h.token
-                    ));
-                }
-                top_token = top_token.max(h.token);
-            }
-        }
+    for (recipe, holds) in by_recipe {
+        sweep(recipe, holds, &mut report);
     }
     for (recipe, writes) in gates {
         check_gate(recipe, writes, &mut report);
     }
     report
+}
+
+/// The holds of one lock, `(worker, hold)`: no more overlapping than the lock allows, tokens
+/// in order, and the closest handover between two workers.
+fn sweep(recipe: &'static str, mut holds: Vec<(usize, Hold)>, report: &mut Report) {
+    holds.sort_by_key(|(_, h)| h.start);
+    let capacity = capacity(recipe);
+    // Holds still open at the current one's start.
+    let mut active: Vec<(usize, Hold)> = Vec::new();
+    let mut top_token = i64::MIN;
+    // The exclusive hold that ended last so far, and its worker.
+    let mut last_end: Option<(usize, u64)> = None;
+    for &(i, h) in &holds {
+        active.retain(|(_, a)| a.end > h.start);
+        if h.exclusive {
+            if let Some((j, end)) = last_end {
+                if j != i && h.start >= end {
+                    let gap = Duration::from_nanos(h.start - end);
+                    if report.closest.is_none_or(|(c, _)| gap < c) {
+                        report.closest = Some((gap, recipe));
+                    }
+                }
+            }
+            if last_end.is_none_or(|(_, end)| h.end > end) {
+                last_end = Some((i, h.end));
+            }
+        }
+        // Read holds share with each other; nothing else shares beyond the capacity.
+        let conflicting: Vec<&(usize, Hold)> = active
+            .iter()
+            .filter(|(_, a)| a.exclusive || h.exclusive)
+            .collect();
+        let over = if capacity == 1 {
+            conflicting.len()
+        } else if conflicting.len() >= capacity {
+            1
+        } else {
+            0
+        };
+        for &&(j, a) in conflicting.iter().take(over) {
+            report.overlaps.push(format!(
+                "{recipe}: worker {j} vouched [{}, {}] (token {}{}), worker {i} held \
+                 from {} (token {}{}): {:?} together{}",
+                a.start,
+                a.end,
+                a.token,
+                if a.exclusive { "" } else { ", read" },
+                h.start,
+                h.token,
+                if h.exclusive { "" } else { ", read" },
+                Duration::from_nanos(a.end.min(h.end) - h.start),
+                if capacity > 1 {
+                    format!(", {} holders of {capacity} leases", conflicting.len() + 1)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        active.push((i, h));
+        // Fencing tokens order the exclusive holds (a gate is for writers).
+        if h.exclusive && capacity == 1 {
+            if h.token < top_token {
+                report.stale.push(format!(
+                    "{recipe}: worker {i} held with token {} after token {top_token}",
+                    h.token
+                ));
+            }
+            top_token = top_token.max(h.token);
+        }
+    }
 }
 
 /// The gate of one lock, over its writes in the order it took them. Holds are named by their
@@ -336,4 +349,106 @@ fn check_gate(recipe: &str, writes: &[GateWrite], report: &mut Report) {
             ));
         }
     }
+}
+
+/// The checker's rules, each shown to fire on records made to break it (run before every
+/// harness run: a checker that cannot fail proves nothing).
+pub fn self_test() {
+    let hold = |start: u64, end: u64, token: i64, exclusive: bool| Hold {
+        start,
+        end,
+        token,
+        exclusive,
+        last_piece: start,
+    };
+    // A line cut short is left out; a complete one is not.
+    let r = parse("A 1\nH 2 3 4294967412 R\nT 1 2 15");
+    assert_eq!(
+        (r.holds.len(), r.timed.len()),
+        (1, 0),
+        "a cut line was parsed"
+    );
+    assert!(!r.holds[0].exclusive);
+    assert_eq!(parse("A 1\nH 2 3 7\nH 4 x 7\n").malformed, 1);
+    assert_eq!(parse("X 5 N\nX 6 E\n").refused_before, 1);
+    // Overlaps: two exclusive holds; a read within a write; reads share; a two-lease
+    // semaphore holds two but not three.
+    let overlaps = |recipe: &'static str, holds: &[Hold]| {
+        let mut report = Report::default();
+        sweep(
+            recipe,
+            holds.iter().copied().enumerate().collect(),
+            &mut report,
+        );
+        (report.overlaps.len(), report.stale.len())
+    };
+    assert_eq!(
+        overlaps("mutex", &[hold(0, 10, 1, true), hold(5, 20, 2, true)]).0,
+        1
+    );
+    assert_eq!(
+        overlaps("mutex", &[hold(0, 10, 1, true), hold(11, 20, 2, true)]),
+        (0, 0)
+    );
+    assert_eq!(
+        overlaps("read-write", &[hold(0, 10, 1, true), hold(5, 8, 1, false)]).0,
+        1
+    );
+    assert_eq!(
+        overlaps("read-write", &[hold(0, 10, 1, false), hold(5, 8, 2, false)]).0,
+        0
+    );
+    let two = [hold(0, 10, 1, true), hold(2, 10, 2, true)];
+    assert_eq!(overlaps("semaphore-v2x2", &two).0, 0);
+    let three = [two[0], two[1], hold(5, 10, 3, true)];
+    assert_eq!(overlaps("semaphore-v2x2", &three).0, 1);
+    // A token that goes back.
+    assert_eq!(
+        overlaps("mutex", &[hold(0, 10, 5, true), hold(11, 20, 4, true)]).1,
+        1
+    );
+    // Gates: a zombie admitted after a newer hold wrote; a newer hold refused for an older's
+    // token; a zombie refused, and writes in order, are fine.
+    let write =
+        |worker: usize, acquired: u64, token: i64, zombie: bool, admitted: bool| GateWrite {
+            at: 0,
+            worker,
+            acquired,
+            token,
+            zombie,
+            admitted,
+        };
+    let fenced = |writes: Vec<GateWrite>| {
+        let mut report = Report::default();
+        check_gate("mutex", &writes, &mut report);
+        report.fenced.len()
+    };
+    assert_eq!(
+        fenced(vec![
+            write(1, 20, 9, false, true),
+            write(0, 10, 10, true, true)
+        ]),
+        1
+    );
+    assert_eq!(
+        fenced(vec![
+            write(0, 10, 10, false, true),
+            write(1, 20, 9, false, false)
+        ]),
+        1
+    );
+    assert_eq!(
+        fenced(vec![
+            write(0, 10, 5, false, true),
+            write(1, 20, 9, false, true)
+        ]),
+        0
+    );
+    assert_eq!(
+        fenced(vec![
+            write(1, 20, 9, false, true),
+            write(0, 10, 5, true, false)
+        ]),
+        0
+    );
 }

@@ -293,7 +293,6 @@ impl<'a> Nemesis<'a> {
         let Some(l) = self.cluster.leader() else {
             return false;
         };
-        self.spread_from(l, rng);
         let w = likely_holder(&self.workers.workers, rng);
         let f = match self.member_of(w) {
             Some(m) if m != l => m,
@@ -317,10 +316,12 @@ impl<'a> Nemesis<'a> {
     /// Two or three faults at once, each starting up to 1.5 s after the first; at most one of
     /// them kills a member. Everything is healed after the last ends.
     fn composed(&self, rng: &mut fastrand::Rng) {
+        // Distinct kinds: two pauses of one process, or two isolations of one member, would
+        // end each other early and count a fault that did not last.
         let n = rng.usize(2..=3);
-        let mut parts: Vec<&'static str> = (0..n)
-            .map(|_| COMPOSABLE[rng.usize(0..COMPOSABLE.len())])
-            .collect();
+        let mut kinds = COMPOSABLE.to_vec();
+        rng.shuffle(&mut kinds);
+        let mut parts: Vec<&'static str> = kinds[..n].to_vec();
         if rng.bool() {
             parts[0] = KILLS[rng.usize(0..KILLS.len())];
         }

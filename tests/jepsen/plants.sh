@@ -49,7 +49,9 @@ for name in "${names[@]}"; do
   [ -f "$patch" ] || { echo "no plant $name ($patch)" >&2; exit 2; }
   rm -rf "$tree" && mkdir -p "$tree"
   (cd "$root" && git ls-files -z --cached --others --exclude-standard --deduplicate \
-     | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -x -C "$tree"
+     | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -x -m -C "$tree"
+  # Every file new (`tar -m`): the crate is rebuilt for each plant, also one that patches only
+  # the harness (else the previous plant's library would be linked in).
   (cd "$tree" && git apply --unsafe-paths "$patch") \
     || { echo "| $name | | patch does not apply | |"; missed=1; continue; }
   mkdir -p "$CARGO_TARGET_DIR/logs"
