@@ -271,7 +271,8 @@ fn run(o: &Options) {
         .prefix("zkr-jepsen-")
         .tempdir()
         .expect("temp dir");
-    // The workers' records and logs, kept for a look after the run.
+    // The workers' records and logs, kept for a look after the run; also when it fails.
+    let keep = KeepOnFailure(dir.path().to_owned());
     if std::env::var_os("ZKR_JEPSEN_KEEP").is_some() {
         dir.disable_cleanup(true);
         println!("records and logs kept in {}", dir.path().display());
@@ -505,6 +506,35 @@ fn run(o: &Options) {
         "not held again within {settle:?} of the last fault: {stuck:?}; {replay}"
     );
     assert!(report.holds > 0 && report.timed > 0 && report.gate_writes > 0);
+    drop(keep);
+    drop(dir);
+}
+
+/// While alive, a panic (a failed check) keeps the run's records and logs: copies them to a
+/// directory of their own and says where.
+struct KeepOnFailure(PathBuf);
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            return;
+        }
+        let kept = self.0.with_extension("failed");
+        let copied = std::fs::create_dir_all(&kept).and_then(|()| {
+            for entry in std::fs::read_dir(&self.0)? {
+                let entry = entry?;
+                std::fs::copy(entry.path(), kept.join(entry.file_name()))?;
+            }
+            Ok(())
+        });
+        match copied {
+            Ok(()) => println!(
+                "the failed run's records and logs are in {}",
+                kept.display()
+            ),
+            Err(e) => println!("the failed run's records could not be kept: {e}"),
+        }
+    }
 }
 
 /// Starts `WORKERS_PER_RECIPE` worker processes per recipe, each behind its own fault proxy
