@@ -249,7 +249,8 @@ fn sweep(recipe: &'static str, mut holds: Vec<(usize, Hold)>, report: &mut Repor
     let mut last_end: Option<(usize, u64)> = None;
     for &(i, h) in &holds {
         active.retain(|(_, a)| a.end > h.start);
-        if h.exclusive {
+        // A handover is from one holder to the next: locks of one holder at a time only.
+        if h.exclusive && capacity == 1 {
             if let Some((j, end)) = last_end {
                 if j != i && h.start >= end {
                     let gap = Duration::from_nanos(h.start - end);
