@@ -22,15 +22,19 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// A testing seam: time added to the suspended time, as a suspend of the machine would.
 static SUSPENDED_BY_TESTS: AtomicU64 = AtomicU64::new(0);
 
-/// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC` now: the time the machine has spent suspended since
-/// it booted (a few microseconds of noise between the two readings aside).
+/// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC` now, the time the machine has spent suspended since it
+/// booted, bracketed: `(lo, hi)` with `lo <= true <= hi`. The two clocks cannot be read at one
+/// instant, and a preemption between two readings would add its length to a plain difference:
+/// BOOTTIME read before and after MONOTONIC brackets the offset at the MONOTONIC reading.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn suspended_since_boot() -> Duration {
+fn suspended_since_boot() -> (Duration, Duration) {
     use rustix::time::{clock_gettime, ClockId};
     let to = |t: rustix::time::Timespec| {
         Duration::new(
@@ -38,29 +42,49 @@ fn suspended_since_boot() -> Duration {
             u32::try_from(t.tv_nsec).unwrap_or(0),
         )
     };
-    // Monotonic first: noise between the readings can only make the difference larger, which
-    // makes bounds shorter.
+    let before = to(clock_gettime(ClockId::Boottime));
     let monotonic = to(clock_gettime(ClockId::Monotonic));
-    let boottime = to(clock_gettime(ClockId::Boottime));
-    boottime.saturating_sub(monotonic)
+    let after = to(clock_gettime(ClockId::Boottime));
+    (
+        before.saturating_sub(monotonic),
+        after.saturating_sub(monotonic),
+    )
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn suspended_since_boot() -> Duration {
-    Duration::ZERO
+fn suspended_since_boot() -> (Duration, Duration) {
+    (Duration::ZERO, Duration::ZERO)
 }
 
-/// The time this machine spent suspended since the process first asked.
-pub(crate) fn suspended() -> Duration {
+/// The time this machine spent suspended since the process first asked, bracketed as
+/// [`suspended_since_boot`] is. The offset changes only at a suspend, so each reading's
+/// bracket narrows the one kept from the readings before (stable bounds, whatever a reading's
+/// noise); a reading whose low end is above the kept high end saw a suspend, and starts anew.
+fn suspended() -> (Duration, Duration) {
     static BASE: OnceLock<Duration> = OnceLock::new();
-    let now = suspended_since_boot();
-    let base = *BASE.get_or_init(|| now);
-    now.saturating_sub(base) + Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst))
+    static KEPT: Mutex<Option<(Duration, Duration)>> = Mutex::new(None);
+    let (lo, hi) = suspended_since_boot();
+    let base = *BASE.get_or_init(|| lo);
+    let (lo, hi) = {
+        let mut kept = KEPT.lock();
+        let narrowed = match *kept {
+            Some((klo, khi)) if lo <= khi => (klo.max(lo), khi.min(hi)),
+            _ => (lo, hi),
+        };
+        *kept = Some(narrowed);
+        narrowed
+    };
+    let tests = Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst));
+    (
+        lo.saturating_sub(base) + tests,
+        hi.saturating_sub(base) + tests,
+    )
 }
 
-/// `at`, a reading of `Instant` taken just now, on the lease clock.
+/// `at`, a reading of `Instant` taken just now, on the lease clock. The suspended time's lower
+/// estimate: a reading moved too late would let a bound resting on it overstate.
 pub(crate) fn lease_time(at: Instant) -> Instant {
-    at + suspended()
+    at + suspended().0
 }
 
 /// Now, on the lease clock.
@@ -69,9 +93,10 @@ pub(crate) fn lease_now() -> Instant {
 }
 
 /// A lease-clock instant as the `Instant` it falls on now (earlier by the time spent suspended
-/// so far); `None` if that is before `Instant`'s range.
+/// so far, its upper estimate: reading noise only shortens a bound); `None` if that is before
+/// `Instant`'s range.
 pub(crate) fn to_instant(at: Instant) -> Option<Instant> {
-    at.checked_sub(suspended())
+    at.checked_sub(suspended().1)
 }
 
 /// Moves the lease clock forward by `by`, as a suspend of the machine that long would
