@@ -119,12 +119,9 @@ impl<'a> Nemesis<'a> {
                 true
             }
             "leader-pause" | "follower-pause" => {
-                let member = if kind == "leader-pause" {
-                    cluster.leader()
-                } else {
-                    self.follower(rng)
+                let Some(member) = self.leader_or_follower(kind == "leader-pause", rng) else {
+                    return;
                 };
-                let Some(member) = member else { return };
                 cluster.pause(member);
                 thread::sleep(ms(rng, 200, 4500));
                 cluster.resume(member);
@@ -164,12 +161,9 @@ impl<'a> Nemesis<'a> {
                 true
             }
             "leader-kill" | "follower-kill" => {
-                let member = if kind == "leader-kill" {
-                    cluster.leader()
-                } else {
-                    self.follower(rng)
+                let Some(member) = self.leader_or_follower(kind == "leader-kill", rng) else {
+                    return;
                 };
-                let Some(member) = member else { return };
                 cluster.kill(member);
                 thread::sleep(ms(rng, 300, 2000));
                 cluster.restart(member).expect("restart");
@@ -220,6 +214,15 @@ impl<'a> Nemesis<'a> {
         thread::sleep(d);
         signal(pid, "-CONT");
         self.pauses.lock().push((w, from, mono()));
+    }
+
+    /// The leader now, or a follower.
+    fn leader_or_follower(&self, leader: bool, rng: &mut fastrand::Rng) -> Option<usize> {
+        if leader {
+            self.cluster.leader()
+        } else {
+            self.follower(rng)
+        }
     }
 
     /// A member that is not the leader now (a random one if none leads).
