@@ -213,3 +213,44 @@ fn a_proxys_held_counts_add_up_its_connections_and_forget_ended_ones() {
     proxy.cut();
     assert_eq!(proxy.held_bytes(), 0);
 }
+
+/// A delayed proxy hands on every byte, in order and in both directions, none before its delay
+/// from when the proxy read it; a heal hands on at once what still waits.
+#[test]
+fn a_delayed_proxy_delivers_every_byte_in_order_and_none_early() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+    use zk_recipes::testing::FaultProxy;
+
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = FaultProxy::start(target.local_addr().unwrap()).unwrap();
+    let delay = Duration::from_millis(150);
+    proxy.delay(delay);
+    let mut client = TcpStream::connect(proxy.addr()).unwrap();
+    let (mut server_side, _) = target.accept().unwrap();
+    for i in 0..4u8 {
+        let chunk = vec![i; 3000 + usize::from(i)];
+        let sent = Instant::now();
+        client.write_all(&chunk).unwrap();
+        let mut got = vec![0u8; chunk.len()];
+        server_side.read_exact(&mut got).unwrap();
+        assert!(sent.elapsed() >= delay, "chunk {i} came early");
+        assert_eq!(got, chunk, "chunk {i} changed on the way");
+        let sent = Instant::now();
+        server_side.write_all(&chunk[..10]).unwrap();
+        let mut back = [0u8; 10];
+        client.read_exact(&mut back).unwrap();
+        assert!(sent.elapsed() >= delay, "reply {i} came early");
+        assert_eq!(back, [i; 10]);
+    }
+    // Waiting bytes go on a heal, whatever their delay was.
+    proxy.delay(Duration::from_secs(3600));
+    client.write_all(b"late").unwrap();
+    let waiting = wait_for(SOON, || (proxy.held_requests() == 4).then_some(()));
+    assert!(waiting.is_some(), "held {}", proxy.held_requests());
+    proxy.heal();
+    let mut late = [0u8; 4];
+    server_side.read_exact(&mut late).unwrap();
+    assert_eq!(&late, b"late");
+}

@@ -26,8 +26,13 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
-/// A testing seam: time added to the suspended time, as a suspend of the machine would.
+/// A testing seam: time added to `CLOCK_BOOTTIME`'s readings (and not `CLOCK_MONOTONIC`'s),
+/// as a suspend of the machine that long would.
 static SUSPENDED_BY_TESTS: AtomicU64 = AtomicU64::new(0);
+
+fn suspended_by_tests() -> Duration {
+    Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst))
+}
 
 /// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC` now, the time the machine has spent suspended since it
 /// booted, bracketed: `(lo, hi)` with `lo <= true <= hi`. The two clocks cannot be read at one
@@ -42,9 +47,9 @@ fn suspended_since_boot() -> (Duration, Duration) {
             u32::try_from(t.tv_nsec).unwrap_or(0),
         )
     };
-    let before = to(clock_gettime(ClockId::Boottime));
+    let before = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     let monotonic = to(clock_gettime(ClockId::Monotonic));
-    let after = to(clock_gettime(ClockId::Boottime));
+    let after = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     (
         before.saturating_sub(monotonic),
         after.saturating_sub(monotonic),
@@ -53,7 +58,7 @@ fn suspended_since_boot() -> (Duration, Duration) {
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn suspended_since_boot() -> (Duration, Duration) {
-    (Duration::ZERO, Duration::ZERO)
+    (suspended_by_tests(), suspended_by_tests())
 }
 
 /// The time this machine spent suspended since the process first asked, bracketed as
@@ -74,11 +79,7 @@ fn suspended() -> (Duration, Duration) {
         *kept = Some(narrowed);
         narrowed
     };
-    let tests = Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst));
-    (
-        lo.saturating_sub(base) + tests,
-        hi.saturating_sub(base) + tests,
-    )
+    (lo.saturating_sub(base), hi.saturating_sub(base))
 }
 
 /// `at`, a reading of `Instant` taken just now, on the lease clock. The suspended time's lower
@@ -99,8 +100,9 @@ pub(crate) fn to_instant(at: Instant) -> Option<Instant> {
     at.checked_sub(suspended().1)
 }
 
-/// Moves the lease clock forward by `by`, as a suspend of the machine that long would
-/// (process-wide, for every client). Only for tests of what a suspend does to leases.
+/// Moves the lease clock forward by `by`, as a suspend of the machine that long would: from
+/// now on, `CLOCK_BOOTTIME` reads `by` later and `CLOCK_MONOTONIC` does not (process-wide, for
+/// every client). Only for tests of what a suspend does to leases.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn testing_suspend(by: Duration) {
     let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
@@ -120,5 +122,21 @@ mod tests {
         assert!(lease >= at);
         assert!(lease - at < Duration::from_millis(50), "{:?}", lease - at);
         assert_eq!(to_instant(lease).map(|i| i <= lease), Some(true));
+    }
+
+    #[test]
+    fn the_suspended_time_s_bracket_narrows_and_never_widens_between_suspends() {
+        // Each raw reading's bracket moves with its own preemptions; the kept one may only
+        // narrow. (Kept process-wide, so this binary's other tests only narrow it further.)
+        let (mut lo, mut hi) = suspended();
+        for _ in 0..20_000 {
+            let (l, h) = suspended();
+            assert!(
+                l >= lo && h <= hi,
+                "widened: ({lo:?}, {hi:?}) then ({l:?}, {h:?})"
+            );
+            assert!(l <= h, "inverted bracket ({l:?}, {h:?})");
+            (lo, hi) = (l, h);
+        }
     }
 }

@@ -250,4 +250,56 @@ mod tests {
         let last = touches.seen.back().map(|&(s, _)| s).unwrap();
         assert!(last + TICK / 8 > t0 + Duration::from_micros(99_999 * 50));
     }
+
+    #[test]
+    fn touches_an_eighth_of_a_tick_apart_are_all_kept_and_closer_ones_are_not() {
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        let eighth = TICK / 8;
+        // Exactly an eighth apart: each kept.
+        for k in 0..4u32 {
+            touches.touched(t0 + eighth * k, t0 + eighth * k + Duration::from_micros(10));
+        }
+        assert_eq!(touches.seen.len(), 4);
+        // Closer than that to the last kept one: thinned out.
+        let last = t0 + eighth * 3;
+        touches.touched(last + eighth / 2, last + eighth);
+        touches.touched(last + eighth - Duration::from_nanos(1), last + eighth);
+        assert_eq!(touches.seen.len(), 4);
+    }
+
+    #[test]
+    fn an_answer_that_waited_exactly_half_a_tick_still_vouches() {
+        // The stall rule counts waits longer than half a tick; one of exactly that is not.
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        touches.touched(at(t0, 0), at(t0, 5));
+        touches.touched(at(t0, 300), at(t0, 305));
+        assert_eq!(
+            touches.leader_answered(through(at(t0, 405), at(t0, 455))),
+            Some(at(t0, 300))
+        );
+        assert_eq!(touches.stalled_until, None);
+    }
+
+    #[test]
+    fn a_request_sent_exactly_a_tick_after_a_slow_answer_vouches_again() {
+        let t0 = Instant::now();
+        let mut touches = Touches::new(TICK);
+        for ms in (0..=1800).step_by(20).map(|m| m as u64) {
+            touches.touched(at(t0, ms), at(t0, ms + 2));
+        }
+        assert_eq!(
+            touches.leader_answered(through(at(t0, 405), at(t0, 1900))),
+            None
+        );
+        assert_eq!(
+            touches.leader_answered(through(at(t0, 1999), at(t0, 2004))),
+            None
+        );
+        assert_eq!(
+            touches.leader_answered(through(at(t0, 2000), at(t0, 2005))),
+            Some(at(t0, 1800))
+        );
+    }
 }

@@ -81,3 +81,69 @@ impl FencingGate {
         *self.highest.lock()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_admits_equal_and_larger_tokens_and_refuses_smaller_ones_saying_which() {
+        let gate = FencingGate::new();
+        assert_eq!(gate.highest(), None);
+        assert_eq!(gate.admit(7), Ok(()));
+        // The same holder writes again with its token.
+        assert_eq!(gate.admit(7), Ok(()));
+        assert_eq!(gate.admit(9), Ok(()));
+        assert_eq!(gate.highest(), Some(9));
+        assert_eq!(
+            gate.admit(8),
+            Err(StaleToken {
+                token: 8,
+                highest: 9
+            })
+        );
+        // A refusal changes nothing.
+        assert_eq!(gate.highest(), Some(9));
+        assert_eq!(gate.admit(9), Ok(()));
+    }
+
+    #[test]
+    fn a_gated_write_runs_only_when_its_token_is_admitted_and_moves_the_gate() {
+        let gate = FencingGate::new();
+        let mut ran = Vec::new();
+        assert_eq!(gate.write(5, || ran.push(5)), Ok(()));
+        assert_eq!(gate.write(5, || ran.push(55)), Ok(()));
+        assert_eq!(gate.write(6, || 66), Ok(66));
+        assert_eq!(gate.highest(), Some(6));
+        let refused = gate.write(5, || ran.push(0));
+        assert_eq!(
+            refused,
+            Err(StaleToken {
+                token: 5,
+                highest: 6
+            })
+        );
+        assert_eq!(ran, vec![5, 55]);
+        // A write and an admit share the gate.
+        assert!(gate.admit(5).is_err());
+        assert_eq!(
+            gate.write(-1, || ()),
+            Err(StaleToken {
+                token: -1,
+                highest: 6
+            })
+        );
+    }
+
+    #[test]
+    fn a_stale_token_says_which_token_lost_to_which() {
+        let e = StaleToken {
+            token: 3,
+            highest: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "fencing token 3 is older than 4: a newer lock holder has written since"
+        );
+    }
+}

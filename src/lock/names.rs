@@ -301,4 +301,39 @@ mod tests {
             Some((7, 0))
         );
     }
+
+    #[test]
+    fn a_protected_id_keeps_every_digit_of_a_large_counter_and_names_its_session() {
+        let id = ProtectedId::from_parts(SessionId(0x0123_4567_89ab_cdef), 0xfedc_ba98_7654_3210);
+        assert_eq!(id.as_str(), "01234567-89ab-cdef-fedc-ba9876543210");
+        let name = format!("{}0000000001", id.node_prefix("lock-"));
+        assert_eq!(session_of(&name), Some(SessionId(0x0123_4567_89ab_cdef)));
+        assert_eq!(session_of("lock-0000000001"), None);
+    }
+
+    #[test]
+    fn ten_digits_at_the_end_of_a_lock_name_do_not_make_a_downgrade() {
+        // The ten digits before the sequence count as a downgrade's write sequence only after
+        // the read marker.
+        assert_eq!(order_of("job-1234567890-0000000042"), Some((42, 0)));
+        assert_eq!(order_of("job-12345678900000000042"), Some((42, 0)));
+        assert_eq!(
+            order_of("_c_a-__READ__1234567890-0000000042"),
+            Some((1_234_567_890, 42))
+        );
+    }
+
+    #[test]
+    fn readers_are_the_read_nodes_only() {
+        let sorted = sort_contenders([
+            "_c_a-__READ__0000000001",
+            "_c_b-__WRIT__0000000002",
+            "_c_c-lock-0000000003",
+            "0f8e__lock__0000000004",
+        ]);
+        let readers: Vec<bool> = sorted.iter().map(|c| c.is_reader()).collect();
+        assert_eq!(readers, [true, false, false, false]);
+        let writers: Vec<bool> = sorted.iter().map(|c| c.is_writer()).collect();
+        assert_eq!(writers, [false, true, false, false]);
+    }
 }

@@ -6,19 +6,29 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::disk::{FreezableDisk, PREALLOC_KB};
+use super::firewall::Firewall;
 use super::jvm::{self, four_letter_over, Jvm, TempDir};
+use super::namespace::in_private_namespaces;
 use super::proxy::FaultProxy;
 use super::server::{mode_of, wait_ready, ServerOptions};
 use super::HarnessError;
 
 struct Member {
     client_port: u16,
+    /// Where it listens for followers (as leader) and for election messages.
+    quorum_port: u16,
+    election_port: u16,
     jvm: Mutex<Option<Jvm>>,
     /// With [`TestingCluster::partitionable`]: `links[j]` carries this member's quorum link to
     /// member `j` (none for itself).
     links: Vec<Option<FaultProxy>>,
     /// Its `server.N=...` line.
     spec: String,
+    /// With [`TestingCluster::firewalled`]: the group id it runs with (the firewall tells its
+    /// connections by it) and the disk of its transaction log.
+    group: Option<u32>,
+    log_disk: Option<FreezableDisk>,
 }
 
 /// `n` ZooKeeper servers forming one ensemble on loopback, each with distinct client, quorum
@@ -31,8 +41,22 @@ struct Member {
 pub struct TestingCluster {
     options: ServerOptions,
     classpath: String,
-    dir: TempDir,
+    // Dropped in this order: the members (their log disks unmounted) and the firewall before
+    // the directory that holds the disks goes.
     members: Vec<Member>,
+    firewall: Option<Firewall>,
+    dir: TempDir,
+}
+
+/// How [`TestingCluster::build`] lays the ensemble out.
+#[derive(Default, Clone, Copy)]
+struct Layout {
+    /// Quorum links through fault proxies.
+    partitionable: bool,
+    /// Members' client addresses in the dynamic configuration.
+    dynamic: bool,
+    /// Members with a group id each under a firewall, and logs on freezable disks.
+    firewalled: bool,
 }
 
 impl TestingCluster {
@@ -43,7 +67,7 @@ impl TestingCluster {
 
     /// Starts an `n`-server ensemble with `options`.
     pub fn with_options(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, false, false, &[])
+        TestingCluster::build(n, 0, options, Layout::default(), &[])
     }
 
     /// Starts an `n`-member ensemble that can change its membership (`reconfigEnabled`, every
@@ -73,7 +97,11 @@ impl TestingCluster {
         options
             .system_properties
             .push(("zookeeper.skipACL".into(), "yes".into()));
-        TestingCluster::build(n, spare, options, false, true, static_clients)
+        let layout = Layout {
+            dynamic: true,
+            ..Layout::default()
+        };
+        TestingCluster::build(n, spare, options, layout, static_clients)
     }
 
     /// The `server.N=...` line of member `i`, as a reconfiguration that adds it takes it.
@@ -109,23 +137,70 @@ impl TestingCluster {
     /// which is its own listening port, so the link would bypass any proxy. A member whose
     /// quorum links are cut may still vote, but can neither follow nor lead anyone.
     pub fn partitionable(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
-        TestingCluster::build(n, 0, options, true, false, &[])
+        let layout = Layout {
+            partitionable: true,
+            ..Layout::default()
+        };
+        TestingCluster::build(n, 0, options, layout, &[])
+    }
+
+    /// A [`partitionable`](Self::partitionable) ensemble for the harshest faults, on top of
+    /// the proxies':
+    ///
+    /// - every link between two members, election links included, can be severed:
+    ///   [`sever`](Self::sever), [`sever_one_way`](Self::sever_one_way),
+    ///   [`sever_member`](Self::sever_member), until mended. Packets are
+    ///   dropped (nftables), so the members see silence, not a closed connection; clients'
+    ///   links are untouched.
+    /// - each member's transaction log (`dataLogDir`) is on a small file system of its own
+    ///   that [`freeze_log`](Self::freeze_log) stalls: every write and `fsync` to it blocks
+    ///   until [`thaw_log`](Self::thaw_log) (with `force_sync`, each transaction waits for
+    ///   its `fsync`).
+    ///
+    /// Needs root, and a process inside namespaces of its own
+    /// ([`enter_private_namespaces`](super::enter_private_namespaces)), so that the rules and
+    /// mounts touch nothing of the machine's; an error otherwise. Each member runs with a
+    /// group id of its own, by which the firewall tells its connections from the others'.
+    pub fn firewalled(n: usize, options: ServerOptions) -> Result<TestingCluster, HarnessError> {
+        if !in_private_namespaces() {
+            return Err(HarnessError::StartFailed(
+                "a firewalled ensemble needs a process in namespaces of its own: call \
+                 testing::enter_private_namespaces first thing in main (as root)"
+                    .into(),
+            ));
+        }
+        let layout = Layout {
+            partitionable: true,
+            firewalled: true,
+            ..Layout::default()
+        };
+        TestingCluster::build(n, 0, options, layout, &[])
     }
 
     fn build(
         n: usize,
         spare: usize,
         mut options: ServerOptions,
-        partitionable: bool,
-        dynamic: bool,
+        layout: Layout,
         static_clients: &[usize],
     ) -> Result<TestingCluster, HarnessError> {
+        let Layout {
+            partitionable,
+            dynamic,
+            firewalled,
+        } = layout;
         let total = n + spare;
         if n == 0 {
             return Err(HarnessError::StartFailed(
                 "an ensemble needs a member".into(),
             ));
         }
+        if firewalled {
+            options
+                .system_properties
+                .push(("zookeeper.preAllocSize".into(), PREALLOC_KB.to_string()));
+        }
+        let groups = firewalled.then(|| Firewall::gids(total));
         let classpath = jvm::classpath(options.classpath.as_deref(), options.needs_netty())?;
         let dir = TempDir::new("cluster")?;
         options.prepare(dir.path())?;
@@ -176,6 +251,14 @@ impl TestingCluster {
             std::fs::create_dir_all(&data)?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
             let mut cfg = options.base_config(&data, ports[3 * i], None);
+            let log_disk = if firewalled {
+                let disk =
+                    FreezableDisk::new(&member_dir.join("log.img"), &member_dir.join("log"))?;
+                let _ = writeln!(cfg, "dataLogDir={}", disk.path().display());
+                Some(disk)
+            } else {
+                None
+            };
             if dynamic && !static_clients.contains(&i) {
                 // The client address is in the member's line.
                 cfg = cfg
@@ -192,16 +275,45 @@ impl TestingCluster {
             std::fs::write(member_dir.join("zoo.cfg"), cfg)?;
             members.push(Member {
                 client_port: ports[3 * i],
+                quorum_port: ports[3 * i + 1],
+                election_port: ports[3 * i + 2],
                 jvm: Mutex::new(None),
                 links,
                 spec: spec(i, ports[3 * i + 1]),
+                group: groups.as_ref().map(|g| g[i]),
+                log_disk,
             });
         }
+        let firewall = match groups {
+            Some(groups) => {
+                // The ports member a dials to reach member b: b's quorum and election ports,
+                // and the proxy in front of b's quorum port that a was given.
+                let reach = (0..total)
+                    .map(|a| {
+                        (0..total)
+                            .map(|b| {
+                                let mut p = vec![ports[3 * b + 1], ports[3 * b + 2]];
+                                if let Some(Some(proxy)) = members[a].links.get(b) {
+                                    p.push(proxy.addr().port());
+                                }
+                                if a == b {
+                                    p.clear();
+                                }
+                                p
+                            })
+                            .collect()
+                    })
+                    .collect();
+                Some(Firewall::install(groups, reach)?)
+            }
+            None => None,
+        };
         let cluster = TestingCluster {
             options,
             classpath,
-            dir,
             members,
+            firewall,
+            dir,
         };
         for i in 0..n {
             cluster.spawn(i)?;
@@ -220,6 +332,7 @@ impl TestingCluster {
             &member_dir.join("server.log"),
             // Every member's wrapper removes the whole ensemble's directory if we die.
             self.dir.path(),
+            self.members[i].group,
         )?;
         *self.members[i].jvm.lock() = Some(jvm);
         Ok(())
@@ -262,6 +375,19 @@ impl TestingCluster {
         SocketAddr::from(([127, 0, 0, 1], self.members[i].client_port))
     }
 
+    /// Member `i`'s quorum and election ports, where the other members reach it (the others
+    /// dial its quorum port through their proxies in a [`partitionable`](Self::partitionable)
+    /// ensemble).
+    pub fn member_ports(&self, i: usize) -> (u16, u16) {
+        (self.members[i].quorum_port, self.members[i].election_port)
+    }
+
+    /// The group id member `i` runs with in a [`firewalled`](Self::firewalled) ensemble: a
+    /// process with it is member `i` to the firewall (a test probes the rules so).
+    pub fn member_group(&self, i: usize) -> Option<u32> {
+        self.members[i].group
+    }
+
     /// Every member's client address, comma-separated.
     pub fn connect_string(&self) -> String {
         (0..self.members.len())
@@ -275,8 +401,10 @@ impl TestingCluster {
         self.members[i].jvm.lock().as_ref().map(|j| j.pid())
     }
 
-    /// Kills member `i` (like a crash).
+    /// Kills member `i` (like a crash). Its log's disk thaws first: a process blocked on a
+    /// frozen file system cannot die.
     pub fn kill(&self, i: usize) {
+        self.thaw_log(i);
         if let Some(j) = self.members[i].jvm.lock().take() {
             j.kill();
         }
@@ -355,6 +483,84 @@ impl TestingCluster {
         any
     }
 
+    /// Severs every link between members `a` and `b`, both ways, election links included: the
+    /// packets are dropped until [`mend`](Self::mend)`(a, b)`. Cuts count: a link severed
+    /// twice (by two overlapping faults) passes again after two mends. False (nothing done)
+    /// unless the ensemble is [`firewalled`](Self::firewalled).
+    pub fn sever(&self, a: usize, b: usize) -> bool {
+        self.firewall_with(|f| f.cut(&[(a, b), (b, a)]))
+    }
+
+    /// Lifts one [`sever`](Self::sever)`(a, b)`.
+    pub fn mend(&self, a: usize, b: usize) -> bool {
+        self.firewall_with(|f| f.lift(&[(a, b), (b, a)]))
+    }
+
+    /// Drops what member `from` sends to member `to` (on every link between them, whoever
+    /// opened it), while `to` still reaches `from`, until
+    /// [`mend_one_way`](Self::mend_one_way). False unless [`firewalled`](Self::firewalled).
+    pub fn sever_one_way(&self, from: usize, to: usize) -> bool {
+        self.firewall_with(|f| f.cut(&[(from, to)]))
+    }
+
+    /// Lifts one [`sever_one_way`](Self::sever_one_way)`(from, to)`.
+    pub fn mend_one_way(&self, from: usize, to: usize) -> bool {
+        self.firewall_with(|f| f.lift(&[(from, to)]))
+    }
+
+    /// Severs every link of member `i` to the others, both ways, election links included; its
+    /// clients still reach it. Until [`mend_member`](Self::mend_member). False unless
+    /// [`firewalled`](Self::firewalled).
+    pub fn sever_member(&self, i: usize) -> bool {
+        let pairs = self.pairs_of(i);
+        self.firewall_with(|f| f.cut(&pairs))
+    }
+
+    /// Lifts one [`sever_member`](Self::sever_member)`(i)`.
+    pub fn mend_member(&self, i: usize) -> bool {
+        let pairs = self.pairs_of(i);
+        self.firewall_with(|f| f.lift(&pairs))
+    }
+
+    /// Lifts every cut in force, however made.
+    pub fn mend_all(&self) -> bool {
+        self.firewall_with(Firewall::lift_all)
+    }
+
+    /// The one-way cuts in force: `(from, to)` drops what `from` sends to `to`.
+    pub fn severed(&self) -> Vec<(usize, usize)> {
+        self.firewall.as_ref().map_or_else(Vec::new, Firewall::cuts)
+    }
+
+    /// Both directions between member `i` and each other member.
+    fn pairs_of(&self, i: usize) -> Vec<(usize, usize)> {
+        (0..self.members.len())
+            .filter(|&j| j != i)
+            .flat_map(|j| [(i, j), (j, i)])
+            .collect()
+    }
+
+    fn firewall_with(&self, f: impl FnOnce(&Firewall) -> Result<(), HarnessError>) -> bool {
+        self.firewall.as_ref().is_some_and(|fw| f(fw).is_ok())
+    }
+
+    /// Freezes member `i`'s transaction log disk: its writes and `fsync`s block until
+    /// [`thaw_log`](Self::thaw_log) (or a kill, which thaws first). False unless the ensemble
+    /// is [`firewalled`](Self::firewalled) or if the disk was frozen already.
+    pub fn freeze_log(&self, i: usize) -> bool {
+        self.members[i]
+            .log_disk
+            .as_ref()
+            .is_some_and(|d| d.freeze().unwrap_or(false))
+    }
+
+    /// Thaws member `i`'s log disk if frozen.
+    pub fn thaw_log(&self, i: usize) {
+        if let Some(d) = &self.members[i].log_disk {
+            d.thaw();
+        }
+    }
+
     /// Starts member `i` again (killing it first if it runs) and waits until it serves.
     pub fn restart(&self, i: usize) -> Result<(), HarnessError> {
         self.kill(i);
@@ -369,9 +575,12 @@ impl TestingCluster {
     pub fn restart_empty(&self, i: usize) -> Result<(), HarnessError> {
         self.kill(i);
         let data = self.dir.path().join(format!("m{}", i + 1)).join("data");
-        let logs = data.join("version-2");
-        if logs.exists() {
-            std::fs::remove_dir_all(&logs)?;
+        let mut lost = vec![data.join("version-2")];
+        if let Some(disk) = &self.members[i].log_disk {
+            lost.push(disk.path().join("version-2"));
+        }
+        for logs in lost.iter().filter(|l| l.exists()) {
+            std::fs::remove_dir_all(logs)?;
         }
         self.spawn(i)?;
         self.wait_serving(&[i])

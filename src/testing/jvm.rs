@@ -17,7 +17,7 @@ use super::HarnessError;
 /// removes the directory itself); end of file means our process is gone, and nobody else will
 /// remove the server's directory, so the wrapper does.
 const WRAPPER: &str = r#"
-"$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
+$ZKR_AS "$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
 pid=$!
 echo "$pid"
 if read _keep; then ZKR_CLEAN=; fi
@@ -121,8 +121,9 @@ pub(crate) struct Jvm {
 }
 
 impl Jvm {
-    /// Starts `main_class` with system properties `props` (`-Dk=v`). `dir` is removed by the
-    /// wrapper if our process dies without stopping the JVM.
+    /// Starts `main_class` with system properties `props` (`-Dk=v`), with group id `group` if
+    /// given (and no other group; the user stays ours). `dir` is removed by the wrapper if our process dies
+    /// without stopping the JVM.
     pub fn spawn(
         classpath: &str,
         main_class: &str,
@@ -130,6 +131,7 @@ impl Jvm {
         args: &[String],
         log: &Path,
         dir: &Path,
+        group: Option<u32>,
     ) -> Result<Jvm, HarnessError> {
         let java = java()?;
         let level = std::env::var("ZOOKEEPER_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
@@ -150,6 +152,12 @@ impl Jvm {
             .env("ZKR_JAVA", &java)
             .env("ZKR_LOG", log)
             .env("ZKR_CLEAN", dir)
+            .env(
+                "ZKR_AS",
+                group.map_or(String::new(), |g| {
+                    format!("setpriv --regid={g} --clear-groups")
+                }),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

@@ -2,7 +2,11 @@
 //!
 //! - [`TestingServer`]: one server on a free loopback port, with its own temporary data.
 //! - [`TestingCluster`]: an n-server ensemble on loopback; members can be killed and restarted.
-//! - [`FaultProxy`]: a TCP proxy that cuts, black-holes or refuses connections on demand.
+//! - [`FaultProxy`]: a TCP proxy that cuts, black-holes, delays or refuses connections on
+//!   demand.
+//! - [`enter_private_namespaces`]: a test process in network and mount namespaces of its own,
+//!   where a [`TestingCluster::firewalled`] ensemble can have any link between members severed
+//!   (nftables) and any member's log disk frozen.
 //!
 //! The server comes from the system installation: Debian's `zookeeper` package puts its jars
 //! in `/usr/share/java` (`apt-get install zookeeper`; Java comes with it). Set
@@ -14,7 +18,10 @@
 //! it ends.
 
 mod cluster;
+mod disk;
+mod firewall;
 mod jvm;
+mod namespace;
 mod proxy;
 mod server;
 mod silent;
@@ -23,6 +30,7 @@ use std::fmt;
 
 pub use cluster::TestingCluster;
 pub use jvm::{four_letter, netty_classpath, pid_alive, DEBIAN_CLASSPATH};
+pub use namespace::{enter_private_namespaces, in_private_namespaces};
 pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;

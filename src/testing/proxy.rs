@@ -1,11 +1,12 @@
 //! A TCP proxy that breaks connections on demand.
 
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -25,6 +26,8 @@ enum Mode {
     StallRequests,
     /// Requests are not read and replies are held.
     Freeze,
+    /// Every byte passes, each [`Shared::delay`] after the proxy read it.
+    Delay,
     Refuse,
 }
 
@@ -57,6 +60,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Bytes delivered from clients to the server.
     requests_passed: AtomicU64,
+    /// With [`Mode::Delay`]: how long each byte waits, in nanoseconds.
+    delay: AtomicU64,
 }
 
 /// A TCP proxy in front of one server, for fault tests.
@@ -66,6 +71,7 @@ struct Shared {
 /// - [`blackhole`](Self::blackhole) / [`heal`](Self::heal): keeps sockets open but holds every
 ///   byte (a half-open connection, or a partition); held bytes are delivered on heal, as TCP
 ///   would retransmit them. Long enough, and the server expires the session.
+/// - [`delay`](Self::delay): every byte passes, late (a slow link).
 /// - [`refuse`](Self::refuse): closes current connections and every new one at once.
 pub struct FaultProxy {
     addr: SocketAddr,
@@ -88,6 +94,7 @@ impl FaultProxy {
             held: [AtomicU64::new(0), AtomicU64::new(0)],
             accepted: AtomicU64::new(0),
             requests_passed: AtomicU64::new(0),
+            delay: AtomicU64::new(0),
         });
         let s = shared.clone();
         let acceptor = thread::Builder::new()
@@ -164,6 +171,15 @@ impl FaultProxy {
     /// request is on its way to the server, past any later change of mode.
     pub fn requests_passed(&self) -> u64 {
         self.shared.requests_passed.load(Ordering::SeqCst)
+    }
+
+    /// Delays every byte, both ways, by `by` from when the proxy read it, until another mode or
+    /// [`heal`](Self::heal) (which delivers what waits at once): a slow link, in order, with
+    /// nothing lost.
+    pub fn delay(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.delay.store(nanos, Ordering::SeqCst);
+        self.set_mode(Mode::Delay);
     }
 
     /// Closes current connections and refuses new ones until [`heal`](Self::heal).
@@ -283,10 +299,12 @@ fn pump(
     flags: &Flags,
     replies: bool,
 ) {
-    let _ = from.set_read_timeout(Some(POLL));
     let _ = to.set_nodelay(true);
     let mut buf = vec![0u8; 64 * 1024];
     let mut pending: Vec<u8> = Vec::new();
+    // When each part of `pending` was read, and its length: a delayed link sends a part once
+    // it is old enough.
+    let mut arrivals: VecDeque<(Instant, usize)> = VecDeque::new();
     let mut held = Held {
         shared,
         cut: &flags.cut,
@@ -308,39 +326,66 @@ fn pump(
                 continue;
             }
         }
+        // A delayed part waiting: read no longer than until it is due.
+        let delay = Duration::from_nanos(shared.delay.load(Ordering::SeqCst));
+        let wait = match arrivals.front() {
+            Some(&(at, _)) if *shared.mode.lock() == Mode::Delay => (at + delay)
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), POLL),
+            _ => POLL,
+        };
+        let _ = from.set_read_timeout(Some(wait));
         match from.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                pending.extend_from_slice(&buf[..n]);
+                arrivals.push_back((Instant::now(), n));
+            }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(_) => break,
         }
         // A request read while a stall began (the read was under way) is held, not passed:
         // from the stall on, nothing the client sends reaches the server.
-        let hold = match *shared.mode.lock() {
+        let mode = *shared.mode.lock();
+        let hold = match mode {
             Mode::Blackhole | Mode::Freeze => true,
             Mode::HoldReplies => replies,
             Mode::HoldRequests | Mode::StallRequests => !replies,
-            Mode::Pass | Mode::Refuse => false,
+            Mode::Pass | Mode::Refuse | Mode::Delay => false,
         };
-        if hold {
-            if !held.publish(pending.len() as u64) {
-                break;
+        // How much of `pending` goes now: all of it, or on a delayed link what is due.
+        let ready = if hold {
+            0
+        } else if mode == Mode::Delay {
+            let now = Instant::now();
+            let mut ready = 0;
+            while let Some(&(at, n)) = arrivals.front() {
+                if at + delay > now {
+                    break;
+                }
+                ready += n;
+                arrivals.pop_front();
             }
-            continue;
+            ready
+        } else {
+            arrivals.clear();
+            pending.len()
+        };
+        if !held.publish((pending.len() - ready) as u64) {
+            break;
         }
-        if !pending.is_empty() {
-            held.publish(0);
+        if ready > 0 {
             // Counted before the write: the server may answer (and a test read the count)
             // before this thread runs again.
             if !replies {
                 shared
                     .requests_passed
-                    .fetch_add(pending.len() as u64, Ordering::SeqCst);
+                    .fetch_add(ready as u64, Ordering::SeqCst);
             }
-            if to.write_all(&pending).is_err() {
+            if to.write_all(&pending[..ready]).is_err() {
                 break;
             }
-            pending.clear();
+            pending.drain(..ready);
         }
     }
     held.publish(0);

@@ -351,6 +351,7 @@ impl TestingServer {
             &[self.dir.path().join("zoo.cfg").display().to_string()],
             &self.dir.path().join("server.log"),
             self.dir.path(),
+            None,
         )?;
         // `ruok` answers `imok` a few hundred milliseconds before the server takes sessions;
         // `srvr` reports a mode only once it does.

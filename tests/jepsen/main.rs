@@ -56,7 +56,7 @@ mod worker;
 const SASL_USER: (&str, &str) = ("jepsen", "jepsen's password");
 
 use checker::{check, read, GateWrite, Report};
-use nemesis::{Nemesis, KINDS};
+use nemesis::{Nemesis, FIREWALLED, KINDS};
 
 /// The workers' session timeout: short, so that paused holders lose their sessions often.
 const SESSION: Duration = Duration::from_secs(2);
@@ -83,8 +83,9 @@ const SEMAPHORE_LEASES: usize = 2;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 /// How soon every lock must be held again once the faults pause.
 const SETTLE: Duration = Duration::from_secs(30);
-/// Default length of the fault phase (CI).
-const CI_SECONDS: u64 = 60;
+/// Default length of the fault phase (CI): long enough for the first round, which draws every
+/// kind once (about 80 s with all 22).
+const CI_SECONDS: u64 = 100;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, comparable across the machine's processes.
 fn mono() -> u64 {
@@ -153,6 +154,26 @@ fn main() {
         }
         None => KINDS.to_vec(),
     };
+    // As root, the run goes on in network and mount namespaces of its own (this process is
+    // replaced): there the ensemble's links can be severed by a firewall, election links
+    // included, and its logs' disks frozen, without touching the machine's.
+    let firewalled = match zk_recipes::testing::enter_private_namespaces() {
+        Ok(()) => true,
+        Err(e) if std::env::var("ZKR_REQUIRE_NAMESPACES").is_ok_and(|v| v == "1") => {
+            panic!("ZKR_REQUIRE_NAMESPACES=1, but: {e}")
+        }
+        Err(e) => {
+            println!(
+                "jepsen: no namespaces of its own ({e}): the faults {FIREWALLED:?} are left out"
+            );
+            false
+        }
+    };
+    let kinds: Vec<&'static str> = kinds
+        .into_iter()
+        .filter(|k| firewalled || !FIREWALLED.contains(k))
+        .collect();
+    assert!(!kinds.is_empty(), "--nemesis: no kind left to draw");
     let _ = env_logger::builder().is_test(true).try_init();
     checker::self_test();
     println!("jepsen: the checker's rules each fired on records made to break them");
@@ -162,6 +183,7 @@ fn main() {
         secure,
         stop_at_first,
         kinds,
+        firewalled,
     });
 }
 
@@ -172,6 +194,8 @@ struct Options {
     /// Check after every fault and stop at the first violation (planted bugs).
     stop_at_first: bool,
     kinds: Vec<&'static str>,
+    /// The ensemble is [`TestingCluster::firewalled`].
+    firewalled: bool,
 }
 
 /// Each lock's protected resource: its gate, and the writes it took in its order.
@@ -284,8 +308,11 @@ fn run(o: &Options) {
     // proxies pass the bytes through untouched).
     let pki = secure.then(|| pki::Pki::new("jepsen"));
     let mut security = Vec::new();
+    // Firewalled, the members fsync every transaction (forceSync=yes), so a stalled log disk
+    // stalls what the member acknowledges.
     let mut options = ServerOptions {
         sync_limit: 40,
+        force_sync: o.firewalled,
         ..ServerOptions::default()
     };
     if let Some(pki) = &pki {
@@ -296,7 +323,11 @@ fn run(o: &Options) {
         });
         security.push(("ZKR_JEPSEN_CA", pki.ca().display().to_string()));
     }
-    let cluster = TestingCluster::partitionable(3, options).expect("ensemble");
+    let cluster = if o.firewalled {
+        TestingCluster::firewalled(3, options).expect("firewalled ensemble")
+    } else {
+        TestingCluster::partitionable(3, options).expect("ensemble")
+    };
     cluster
         .wait_for_leader(Duration::from_secs(30))
         .expect("a leader");
@@ -320,7 +351,7 @@ fn run(o: &Options) {
         wait_until(Duration::from_secs(60), || held_since(&liars, started))
             .expect("the liars hold before the faults");
         let pauses = {
-            let nemesis = Nemesis::new(&cluster, &liars);
+            let nemesis = Nemesis::new(&cluster, &liars, o.firewalled);
             for _ in 0..4 {
                 nemesis.fault(&mut rng, "long-holder-pause");
             }
@@ -367,7 +398,7 @@ fn run(o: &Options) {
     let mut slowest_recovery = Duration::ZERO;
     let mut next_checkpoint = CHECKPOINT_EVERY;
     let (counts, pauses, missed_cues, cue_lag) = {
-        let nemesis = Nemesis::new(&cluster, &workers);
+        let nemesis = Nemesis::new(&cluster, &workers, o.firewalled);
         let draws: Vec<&'static str> = o
             .kinds
             .iter()
@@ -391,9 +422,10 @@ fn run(o: &Options) {
                 checkpoints += 1;
                 let (since, waited) = (mono(), Instant::now());
                 if wait_until(SETTLE, || held_since(&workers, since)).is_none() {
+                    let secs = chaos_started.elapsed().as_secs_f64();
+                    dump_ensemble(&cluster, dir.path(), &format!("checkpoint-{secs:.0}s"));
                     stuck_at_checkpoints.push(format!(
-                        "after {:.0} s of faults, not held again within {SETTLE:?}: {:?}",
-                        chaos_started.elapsed().as_secs_f64(),
+                        "after {secs:.0} s of faults, not held again within {SETTLE:?}: {:?}",
                         not_held_since(&workers, since)
                     ));
                 }
@@ -434,6 +466,9 @@ fn run(o: &Options) {
     // Progress: after the last fault, every lock is held again.
     let settle = SETTLE;
     let progressed = wait_until(settle, || held_since(&workers, healed)).is_some();
+    if !progressed {
+        dump_ensemble(&cluster, dir.path(), "end");
+    }
     let stuck = not_held_since(&workers, healed);
     let ended = mono();
     exited.extend(workers.exited());
@@ -512,6 +547,27 @@ fn run(o: &Options) {
 
 /// While alive, a panic (a failed check) keeps the run's records and logs: copies them to a
 /// directory of their own and says where.
+/// What every member says of itself, its clients and the ephemeral nodes of each session
+/// (four-letter words `srvr`, `cons`, `dump`, `wchc`), into `ensemble-<label>.txt` among the
+/// records: when a lock is not held again, this tells a stuck recipe (nodes whose sessions
+/// are alive and connected, nobody acquiring) from an ensemble that lost its way (members
+/// disagreeing, nodes of sessions nobody holds).
+fn dump_ensemble(cluster: &TestingCluster, dir: &Path, label: &str) {
+    let mut out = format!("ensemble at {} (CLOCK_MONOTONIC ns)\n", mono());
+    for m in 0..cluster.len() {
+        for word in ["srvr", "cons", "dump", "wchc"] {
+            let answer = cluster
+                .four_letter(m, word)
+                .unwrap_or_else(|e| format!("(no answer: {e})\n"));
+            out.push_str(&format!("== member {m} {word}\n{answer}\n"));
+        }
+    }
+    let file = dir.join(format!("ensemble-{label}.txt"));
+    if let Err(e) = std::fs::write(&file, out) {
+        println!("could not keep the ensemble's state: {e}");
+    }
+}
+
 struct KeepOnFailure(PathBuf);
 
 impl Drop for KeepOnFailure {

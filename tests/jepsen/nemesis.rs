@@ -10,7 +10,7 @@ use zk_recipes::testing::{FaultProxy, TestingCluster};
 use crate::{likely_holder, mono, signal, Workers, SESSION};
 
 /// Every kind of fault, by name. The first run of a harness draws each once, in this order.
-pub const KINDS: [&str; 17] = [
+pub const KINDS: [&str; 22] = [
     // A holder's process pauses (a GC pause), shorter or longer than its session.
     "holder-pause",
     "long-holder-pause",
@@ -44,9 +44,27 @@ pub const KINDS: [&str; 17] = [
     "residual-race",
     // A follower restarts with its disk lost (snapshots and logs gone), synced anew.
     "empty-disk",
+    // A worker's link to its member slow: every byte late by 20–400 ms, both ways.
+    "client-delay",
+    // With a firewall (see FIREWALLED): a member severed from the others on every link,
+    // election links included (0.5–9 s): unlike an isolation, it cannot even vote.
+    "member-cut",
+    // The leader and one follower severed from each other while each still reaches the third
+    // member: a partition that is not transitive.
+    "bridge",
+    // What the leader sends to a follower is dropped; the follower still reaches the leader
+    // (the other way round from "one-way").
+    "leader-mute",
+    // A member's transaction log stalls (the leader's two times in three): every write and
+    // fsync on its disk blocks for 0.5–6 s, and the members fsync every transaction.
+    "fsync-stall",
     // Two or three of the faults above at once, overlapping.
     "composed",
 ];
+
+/// The kinds that need a [`TestingCluster::firewalled`] ensemble (a root run, in namespaces
+/// of its own); left out of a run without one, which says so.
+pub const FIREWALLED: [&str; 4] = ["member-cut", "bridge", "leader-mute", "fsync-stall"];
 
 /// How often each kind is drawn after the first round, relative to the others: the
 /// write-timed isolation aims at the whole class of bounds that overstate (the one the lease
@@ -73,6 +91,8 @@ fn composable(kind: &str) -> bool {
 pub struct Nemesis<'a> {
     pub cluster: &'a TestingCluster,
     pub workers: &'a Workers,
+    /// The cluster is [`TestingCluster::firewalled`]: the [`FIREWALLED`] kinds may be drawn.
+    firewalled: bool,
     /// How many faults of each kind were injected (a composed fault also counts its parts).
     pub counts: Mutex<BTreeMap<&'static str, u32>>,
     /// `(worker, from, to)`: when the nemesis kept a worker's process stopped.
@@ -88,10 +108,11 @@ fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
 }
 
 impl<'a> Nemesis<'a> {
-    pub fn new(cluster: &'a TestingCluster, workers: &'a Workers) -> Nemesis<'a> {
+    pub fn new(cluster: &'a TestingCluster, workers: &'a Workers, firewalled: bool) -> Nemesis<'a> {
         Nemesis {
             cluster,
             workers,
+            firewalled,
             counts: Mutex::new(BTreeMap::new()),
             pauses: Mutex::new(Vec::new()),
             missed_cues: Mutex::new(0),
@@ -193,6 +214,53 @@ impl<'a> Nemesis<'a> {
                 cluster
                     .restart_empty(f)
                     .expect("restart with an empty disk");
+                true
+            }
+            "client-delay" => {
+                let w = if rng.bool() {
+                    likely_holder(workers, rng)
+                } else {
+                    rng.usize(0..workers.len())
+                };
+                let by = ms(rng, 20, 400);
+                workers[w].proxies.iter().for_each(|p| p.delay(by));
+                thread::sleep(ms(rng, 1000, 5000));
+                workers[w].proxies.iter().for_each(FaultProxy::heal);
+                true
+            }
+            "member-cut" => {
+                let Some(m) = self.leader_or_follower(rng.bool(), rng) else {
+                    return;
+                };
+                cluster.sever_member(m);
+                thread::sleep(ms(rng, 500, 9000));
+                cluster.mend_member(m);
+                true
+            }
+            "bridge" | "leader-mute" => {
+                let (Some(l), Some(f)) = (cluster.leader(), self.follower(rng)) else {
+                    return;
+                };
+                if kind == "bridge" {
+                    cluster.sever(l, f);
+                    thread::sleep(ms(rng, 1000, 9000));
+                    cluster.mend(l, f);
+                } else {
+                    cluster.sever_one_way(l, f);
+                    thread::sleep(ms(rng, 500, 6000));
+                    cluster.mend_one_way(l, f);
+                }
+                true
+            }
+            "fsync-stall" => {
+                let Some(m) = self.leader_or_follower(rng.usize(0..3) != 0, rng) else {
+                    return;
+                };
+                if !cluster.freeze_log(m) {
+                    return;
+                }
+                thread::sleep(ms(rng, 500, 6000));
+                cluster.thaw_log(m);
                 true
             }
             "composed" => {
@@ -316,7 +384,10 @@ impl<'a> Nemesis<'a> {
         // Distinct kinds: two pauses of one process, or two isolations of one member, would
         // end each other early and count a fault that did not last.
         let n = rng.usize(2..=3);
-        let mut kinds: Vec<&'static str> = KINDS.into_iter().filter(|k| composable(k)).collect();
+        let mut kinds: Vec<&'static str> = KINDS
+            .into_iter()
+            .filter(|k| composable(k) && (self.firewalled || !FIREWALLED.contains(k)))
+            .collect();
         rng.shuffle(&mut kinds);
         let mut parts: Vec<&'static str> = kinds[..n].to_vec();
         if rng.bool() {
@@ -335,9 +406,12 @@ impl<'a> Nemesis<'a> {
         self.heal_all();
     }
 
-    /// Every member resumed and rejoined, every worker's link healed and process running.
+    /// Every member resumed, rejoined, mended and its log thawed, every worker's link healed
+    /// and process running.
     pub fn heal_all(&self) {
+        self.cluster.mend_all();
         for m in 0..self.cluster.len() {
+            self.cluster.thaw_log(m);
             self.cluster.resume(m);
             self.cluster.rejoin(m);
         }

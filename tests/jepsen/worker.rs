@@ -390,8 +390,18 @@ fn vouch(ctx: &Ctx, lease: &Lease, rng: &mut fastrand::Rng, kind: char, acquired
     }
 }
 
-/// A holder whose lease lapsed under its work writes anyway, once: the gate must refuse it
-/// once a newer holder has written.
+/// A holder whose lease lapsed under its work writes anyway: at once, and once more 1–3 s
+/// later, as a holder paused meanwhile would on resuming (by then the next holder has
+/// usually taken over and written). The gate must refuse each write that comes after a newer
+/// holder's.
 fn zombie_write(ctx: &Ctx, token: i64, acquired: u64) {
     ctx.coordinator.gate(token, true, acquired);
+    let coordinator = ctx.coordinator.clone();
+    let late = Duration::from_millis(fastrand::u64(1000..3000));
+    // Not joined: the worker goes on meanwhile, and the process ends with the run.
+    let _ = thread::Builder::new().name("zombie".into()).spawn(move || {
+        // The adversary's timing, not a synchronisation.
+        thread::sleep(late);
+        coordinator.gate(token, true, acquired);
+    });
 }

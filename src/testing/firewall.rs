@@ -1,0 +1,178 @@
+//! Cutting the links between ensemble members, election links included, with nftables.
+//!
+//! Every member runs with a group id of its own (still as root, so it reads what the harness
+//! wrote). A rule marks each connection with the group id of the member that opened it (the
+//! socket owner's, on its first packet); a cut from member `a` to
+//! member `b` drops the packets of every connection `a` opened to one of `b`'s ports (quorum,
+//! election, or a fault proxy in front of them) and of every connection `b` opened to `a`'s, in
+//! the directions the cut names. Whichever side dials, the link is covered; clients and the
+//! harness (other group ids) pass untouched. All of it on loopback, in a network namespace the
+//! test made ([`enter_private_namespaces`](super::enter_private_namespaces)).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+
+use super::HarnessError;
+
+/// The first group id a member runs with; each firewalled ensemble of a process takes the next
+/// block of [`GIDS_PER_CLUSTER`].
+const FIRST_GID: u32 = 61_000;
+const GIDS_PER_CLUSTER: u32 = 16;
+static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
+
+/// One ensemble's nftables table.
+pub(crate) struct Firewall {
+    table: String,
+    gids: Vec<u32>,
+    /// `reach[a][b]`: the ports member `a` dials to reach member `b`.
+    reach: Vec<Vec<Vec<u16>>>,
+    /// Directed cuts in force, each with how many times it was made and not lifted yet:
+    /// `(from, to)` drops what `from` sends to `to`.
+    cuts: Mutex<BTreeMap<(usize, usize), u32>>,
+}
+
+impl Firewall {
+    /// Group ids for `n` members, distinct from every other firewalled ensemble's in this
+    /// process.
+    pub fn gids(n: usize) -> Vec<u32> {
+        let block = NEXT_BLOCK.fetch_add(1, Ordering::SeqCst);
+        (0..n as u32)
+            .map(|i| FIRST_GID + block * GIDS_PER_CLUSTER + i)
+            .collect()
+    }
+
+    /// Installs the table: connections marked by the member that opens them, no cut yet.
+    pub fn install(gids: Vec<u32>, reach: Vec<Vec<Vec<u16>>>) -> Result<Firewall, HarnessError> {
+        let table = format!("zkr{}", gids.first().copied().unwrap_or(FIRST_GID));
+        let mut script = format!(
+            "add table inet {table}\n\
+             add chain inet {table} out {{ type filter hook output priority 0; }}\n\
+             add chain inet {table} cuts\n"
+        );
+        for gid in &gids {
+            let _ = writeln!(
+                script,
+                "add rule inet {table} out meta skgid {gid} ct state new ct mark set {gid}"
+            );
+        }
+        let _ = writeln!(script, "add rule inet {table} out jump cuts");
+        nft(&script)?;
+        Ok(Firewall {
+            table,
+            gids,
+            reach,
+            cuts: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Adds directed cuts (`(from, to)`: what `from` sends to `to` is dropped). A cut made
+    /// twice stays until lifted twice.
+    pub fn cut(&self, directed: &[(usize, usize)]) -> Result<(), HarnessError> {
+        let mut cuts = self.cuts.lock();
+        for &pair in directed.iter().filter(|(a, b)| a != b) {
+            *cuts.entry(pair).or_default() += 1;
+        }
+        self.apply(&cuts)
+    }
+
+    /// Lifts directed cuts once each (a cut not in force is skipped).
+    pub fn lift(&self, directed: &[(usize, usize)]) -> Result<(), HarnessError> {
+        let mut cuts = self.cuts.lock();
+        for pair in directed {
+            if let Some(n) = cuts.get_mut(pair) {
+                *n -= 1;
+                if *n == 0 {
+                    cuts.remove(pair);
+                }
+            }
+        }
+        self.apply(&cuts)
+    }
+
+    /// Lifts every cut.
+    pub fn lift_all(&self) -> Result<(), HarnessError> {
+        let mut cuts = self.cuts.lock();
+        cuts.clear();
+        self.apply(&cuts)
+    }
+
+    /// The directed cuts in force.
+    pub fn cuts(&self) -> Vec<(usize, usize)> {
+        self.cuts.lock().keys().copied().collect()
+    }
+
+    /// Replaces the rules of the `cuts` chain with `cuts`, in one transaction.
+    fn apply(&self, cuts: &BTreeMap<(usize, usize), u32>) -> Result<(), HarnessError> {
+        let table = &self.table;
+        let mut script = format!("flush chain inet {table} cuts\n");
+        for &(from, to) in cuts.keys() {
+            // What `from` sends to `to`: on the connections `from` opened to `to`, the
+            // original direction; on those `to` opened to `from`, the reply direction.
+            for (opener, target, direction) in [(from, to, "original"), (to, from, "reply")] {
+                let ports = &self.reach[opener][target];
+                if ports.is_empty() {
+                    continue;
+                }
+                let set = ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let _ = writeln!(
+                    script,
+                    "add rule inet {table} cuts meta l4proto tcp ct mark {} \
+                     ct original proto-dst {{ {set} }} ct direction {direction} drop",
+                    self.gids[opener]
+                );
+            }
+        }
+        nft(&script)
+    }
+}
+
+impl Drop for Firewall {
+    fn drop(&mut self) {
+        let _ = nft(&format!("delete table inet {}\n", self.table));
+    }
+}
+
+/// Runs an nftables script (`nft -f -`): all of it or nothing.
+fn nft(script: &str) -> Result<(), HarnessError> {
+    let mut child = Command::new(nft_path())
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            HarnessError::ZooKeeperMissing(format!(
+                "cannot run nft (apt-get install nftables): {e}"
+            ))
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(HarnessError::StartFailed(format!(
+            "nft refused the rules: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// `nft` from the PATH, or where Debian puts it (a PATH without the `sbin` directories).
+fn nft_path() -> &'static str {
+    if std::path::Path::new("/usr/sbin/nft").exists() {
+        "/usr/sbin/nft"
+    } else {
+        "nft"
+    }
+}

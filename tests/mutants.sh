@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Mutation runs over the safety core (issue 36), with the tests as the oracle: every mutant
+# cargo-mutants makes of these files must make some test fail, or be listed in
+# tests/MUTANTS.md with why it is equivalent. The figures and the survivors are there.
+#
+#   tests/mutants.sh [SET ...]     # no SET: all of them, one after the other
+#
+# Sets, each with the tests that judge it:
+#   pure   client/touches.rs, lock/names.rs, lock/fencing.rs: the library's unit tests
+#   clock  client/clock.rs: the unit tests and tests/suspend.rs (the seam moves BOOTTIME)
+#   lease  lock/lease.rs: the lock suites that hold leases (mutex, while_held, mutex_faults)
+#   rules  lock/core.rs's grant and wait rules: the lock suites (mutex, rwlock, threads)
+#   latch  leader/latch.rs's leadership check: tests/leader.rs and tests/suspend.rs
+#
+# Needs `cargo install cargo-mutants` (not in CI: a whole run takes hours on 2 cores). Each
+# set's outcome goes to target/mutants/SET/mutants.out (missed.txt: the survivors).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo-mutants >/dev/null || { echo "cargo install cargo-mutants" >&2; exit 2; }
+
+sets=("$@")
+[ ${#sets[@]} -gt 0 ] || sets=(pure clock lease rules latch)
+for set in "${sets[@]}"; do
+  case "$set" in
+    pure)
+      args=(--file src/client/touches.rs --file src/lock/names.rs --file src/lock/fencing.rs)
+      oracle=(--lib) ;;
+    clock)
+      args=(--file src/client/clock.rs)
+      oracle=(--lib --test suspend) ;;
+    lease)
+      # Debug and Display text, the node path and the time held are not safety.
+      args=(--file src/lock/lease.rs -E 'fmt::|node_path|held_for')
+      oracle=(--test mutex --test while_held --test mutex_faults) ;;
+    rules)
+      args=(--file src/lock/core.rs
+            -F 'Rule|decide|watches_line|grant|wait_for_turn|LockCore::wait\b|while_waiting|keep_listening|watching')
+      oracle=(--test mutex --test rwlock --test threads) ;;
+    latch)
+      args=(--file src/leader/latch.rs
+            -F 'leads|lapse|lease_bound|claim|set_leading|has_leadership|LeaderLatch::lease')
+      oracle=(--test leader --test suspend) ;;
+    *) echo "no set $set" >&2; exit 2 ;;
+  esac
+  echo "== $set"
+  cargo mutants --no-shuffle -j 1 -o "target/mutants/$set" "${args[@]}" -- "${oracle[@]}" \
+    || true
+  echo "survivors:"; cat "target/mutants/$set/mutants.out/missed.txt" 2>/dev/null || true
+done
