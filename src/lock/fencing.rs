@@ -53,7 +53,12 @@ impl FencingGate {
 
     /// Admits a write with `token`, or refuses it if a larger token was admitted before.
     pub fn admit(&self, token: i64) -> Result<(), StaleToken> {
-        let mut highest = self.highest.lock();
+        Self::admit_locked(&mut self.highest.lock(), token)
+    }
+
+    /// The rule, under the gate's lock: `token` goes if no larger one went before, and is
+    /// then the largest.
+    fn admit_locked(highest: &mut Option<i64>, token: i64) -> Result<(), StaleToken> {
         match *highest {
             Some(h) if token < h => Err(StaleToken { token, highest: h }),
             _ => {
@@ -67,13 +72,8 @@ impl FencingGate {
     /// so no newer holder can slip in between.
     pub fn write<T>(&self, token: i64, write: impl FnOnce() -> T) -> Result<T, StaleToken> {
         let mut highest = self.highest.lock();
-        match *highest {
-            Some(h) if token < h => Err(StaleToken { token, highest: h }),
-            _ => {
-                *highest = Some(token);
-                Ok(write())
-            }
-        }
+        Self::admit_locked(&mut highest, token)?;
+        Ok(write())
     }
 
     /// The largest token admitted so far.
