@@ -244,7 +244,18 @@ fn a_delayed_proxy_delivers_every_byte_in_order_and_none_early() {
         assert!(sent.elapsed() >= delay, "reply {i} came early");
         assert_eq!(back, [i; 10]);
     }
-    // Waiting bytes go on a heal, whatever their delay was.
+    // Bytes sent just before the sender closes still arrive, late, then the end.
+    let sent = Instant::now();
+    server_side.write_all(b"bye").unwrap();
+    server_side.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut last = Vec::new();
+    client.read_to_end(&mut last).unwrap();
+    assert_eq!(last, b"bye", "what came before the close was lost");
+    assert!(sent.elapsed() >= delay, "the last bytes came early");
+    // Waiting bytes go on a heal, whatever their delay was (on a new connection: the one
+    // above ended).
+    let mut client = TcpStream::connect(proxy.addr()).unwrap();
+    let (mut server_side, _) = target.accept().unwrap();
     proxy.delay(Duration::from_secs(3600));
     client.write_all(b"late").unwrap();
     let waiting = wait_for(SOON, || (proxy.held_requests() == 4).then_some(()));

@@ -382,6 +382,12 @@ impl TestingCluster {
         (self.members[i].quorum_port, self.members[i].election_port)
     }
 
+    /// The port member `from` dials to reach member `to`'s quorum port (the fault proxy in
+    /// front of it) in a [`partitionable`](Self::partitionable) ensemble; `None` otherwise.
+    pub fn quorum_link_port(&self, from: usize, to: usize) -> Option<u16> {
+        self.link(from, to).map(|p| p.addr().port())
+    }
+
     /// The group id member `i` runs with in a [`firewalled`](Self::firewalled) ensemble: a
     /// process with it is member `i` to the firewall (a test probes the rules so).
     pub fn member_group(&self, i: usize) -> Option<u32> {
@@ -404,8 +410,14 @@ impl TestingCluster {
     /// Kills member `i` (like a crash). Its log's disk thaws first: a process blocked on a
     /// frozen file system cannot die.
     pub fn kill(&self, i: usize) {
-        self.thaw_log(i);
-        if let Some(j) = self.members[i].jvm.lock().take() {
+        // Thawed under the JVM's lock, which `freeze_log` takes too: no freeze lands between
+        // the thaw and the kill, and none after it (the member is then not running).
+        let jvm = {
+            let mut jvm = self.members[i].jvm.lock();
+            self.thaw_log(i);
+            jvm.take()
+        };
+        if let Some(j) = jvm {
             j.kill();
         }
     }
@@ -496,9 +508,11 @@ impl TestingCluster {
         self.firewall_with(|f| f.lift(&[(a, b), (b, a)]))
     }
 
-    /// Drops what member `from` sends to member `to` (on every link between them, whoever
-    /// opened it), while `to` still reaches `from`, until
-    /// [`mend_one_way`](Self::mend_one_way). False unless [`firewalled`](Self::firewalled).
+    /// Drops what member `from` sends to member `to`, on every link between them whoever
+    /// opened it, until [`mend_one_way`](Self::mend_one_way): on the links open when it
+    /// starts, `to`'s bytes still reach `from` (which can no longer acknowledge them); a new
+    /// link between the two cannot open either way, since TCP's handshake needs both. False
+    /// unless [`firewalled`](Self::firewalled).
     pub fn sever_one_way(&self, from: usize, to: usize) -> bool {
         self.firewall_with(|f| f.cut(&[(from, to)]))
     }
@@ -545,13 +559,17 @@ impl TestingCluster {
     }
 
     /// Freezes member `i`'s transaction log disk: its writes and `fsync`s block until
-    /// [`thaw_log`](Self::thaw_log) (or a kill, which thaws first). False unless the ensemble
-    /// is [`firewalled`](Self::firewalled) or if the disk was frozen already.
+    /// [`thaw_log`](Self::thaw_log) (or a kill, which thaws first). False (nothing done)
+    /// unless the ensemble is [`firewalled`](Self::firewalled) and the member runs, or if the
+    /// disk was frozen already.
     pub fn freeze_log(&self, i: usize) -> bool {
-        self.members[i]
-            .log_disk
-            .as_ref()
-            .is_some_and(|d| d.freeze().unwrap_or(false))
+        let member = &self.members[i];
+        let running = member.jvm.lock();
+        running.is_some()
+            && member
+                .log_disk
+                .as_ref()
+                .is_some_and(|d| d.freeze().unwrap_or(false))
     }
 
     /// Thaws member `i`'s log disk if frozen.

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use parking_lot::Mutex;
 
+use super::namespace::system_tool;
 use super::HarnessError;
 
 /// The file system's size: ZooKeeper preallocates its logs (see
@@ -54,8 +55,9 @@ impl FreezableDisk {
         }
         let mut child = Command::new("sh")
             .arg("-c")
-            .arg(r#"fsfreeze -f "$0" || exit 1; echo frozen; read _; fsfreeze -u "$0""#)
+            .arg(r#""$1" -f "$0" || exit 1; echo frozen; read _; "$1" -u "$0""#)
             .arg(&self.mount)
+            .arg(system_tool("fsfreeze"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -90,7 +92,7 @@ impl FreezableDisk {
 impl Drop for FreezableDisk {
     fn drop(&mut self) {
         self.thaw();
-        let _ = Command::new("umount")
+        let _ = Command::new(system_tool("umount"))
             .arg("-l")
             .arg(&self.mount)
             .stderr(Stdio::null())

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
+use super::namespace::system_tool;
 use super::HarnessError;
 
 /// The first group id a member runs with; each firewalled ensemble of a process takes the next
@@ -71,34 +72,39 @@ impl Firewall {
     }
 
     /// Adds directed cuts (`(from, to)`: what `from` sends to `to` is dropped). A cut made
-    /// twice stays until lifted twice.
+    /// twice stays until lifted twice. Nothing changes if a member is out of range or nft
+    /// refuses the rules.
     pub fn cut(&self, directed: &[(usize, usize)]) -> Result<(), HarnessError> {
-        let mut cuts = self.cuts.lock();
-        for &pair in directed.iter().filter(|(a, b)| a != b) {
-            *cuts.entry(pair).or_default() += 1;
+        let n = self.gids.len();
+        if let Some((a, b)) = directed.iter().find(|(a, b)| *a >= n || *b >= n) {
+            return Err(HarnessError::StartFailed(format!(
+                "no link between members {a} and {b} of {n}"
+            )));
         }
-        self.apply(&cuts)
+        self.change(|cuts| {
+            for &pair in directed.iter().filter(|(a, b)| a != b) {
+                *cuts.entry(pair).or_default() += 1;
+            }
+        })
     }
 
     /// Lifts directed cuts once each (a cut not in force is skipped).
     pub fn lift(&self, directed: &[(usize, usize)]) -> Result<(), HarnessError> {
-        let mut cuts = self.cuts.lock();
-        for pair in directed {
-            if let Some(n) = cuts.get_mut(pair) {
-                *n -= 1;
-                if *n == 0 {
-                    cuts.remove(pair);
+        self.change(|cuts| {
+            for pair in directed {
+                if let Some(n) = cuts.get_mut(pair) {
+                    *n -= 1;
+                    if *n == 0 {
+                        cuts.remove(pair);
+                    }
                 }
             }
-        }
-        self.apply(&cuts)
+        })
     }
 
     /// Lifts every cut.
     pub fn lift_all(&self) -> Result<(), HarnessError> {
-        let mut cuts = self.cuts.lock();
-        cuts.clear();
-        self.apply(&cuts)
+        self.change(BTreeMap::clear)
     }
 
     /// The directed cuts in force.
@@ -106,8 +112,23 @@ impl Firewall {
         self.cuts.lock().keys().copied().collect()
     }
 
-    /// Replaces the rules of the `cuts` chain with `cuts`, in one transaction.
-    fn apply(&self, cuts: &BTreeMap<(usize, usize), u32>) -> Result<(), HarnessError> {
+    /// Applies `edit` to a copy of the cuts, installs the copy's rules, and keeps the copy only
+    /// once nft took them: the counts always say what the kernel drops.
+    fn change(
+        &self,
+        edit: impl FnOnce(&mut BTreeMap<(usize, usize), u32>),
+    ) -> Result<(), HarnessError> {
+        let mut cuts = self.cuts.lock();
+        let mut next = cuts.clone();
+        edit(&mut next);
+        nft(&self.rules(&next))?;
+        *cuts = next;
+        Ok(())
+    }
+
+    /// The script that replaces the rules of the `cuts` chain with `cuts`, in one
+    /// transaction.
+    fn rules(&self, cuts: &BTreeMap<(usize, usize), u32>) -> String {
         let table = &self.table;
         let mut script = format!("flush chain inet {table} cuts\n");
         for &(from, to) in cuts.keys() {
@@ -131,7 +152,21 @@ impl Firewall {
                 );
             }
         }
-        nft(&script)
+        if !cuts.is_empty() {
+            // A member's packet that conntrack cannot place (its entry gone) carries no mark
+            // and would pass every rule above: while anything is cut, it goes nowhere.
+            let gids = self
+                .gids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                script,
+                "add rule inet {table} cuts meta skgid {{ {gids} }} ct state invalid drop"
+            );
+        }
+        script
     }
 }
 
@@ -143,7 +178,7 @@ impl Drop for Firewall {
 
 /// Runs an nftables script (`nft -f -`): all of it or nothing.
 fn nft(script: &str) -> Result<(), HarnessError> {
-    let mut child = Command::new(nft_path())
+    let mut child = Command::new(system_tool("nft"))
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -165,14 +200,5 @@ fn nft(script: &str) -> Result<(), HarnessError> {
             "nft refused the rules: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )))
-    }
-}
-
-/// `nft` from the PATH, or where Debian puts it (a PATH without the `sbin` directories).
-fn nft_path() -> &'static str {
-    if std::path::Path::new("/usr/sbin/nft").exists() {
-        "/usr/sbin/nft"
-    } else {
-        "nft"
     }
 }

@@ -15,7 +15,8 @@ use super::HarnessError;
 
 /// A line on stdin means "stopped on purpose, keep the data" (a restart follows, or the owner
 /// removes the directory itself); end of file means our process is gone, and nobody else will
-/// remove the server's directory, so the wrapper does.
+/// remove the server's directory, so the wrapper does, first unmounting the log disks a
+/// firewalled ensemble mounts in it (`<dir>/m*/log`).
 const WRAPPER: &str = r#"
 $ZKR_AS "$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
 pid=$!
@@ -23,7 +24,10 @@ echo "$pid"
 if read _keep; then ZKR_CLEAN=; fi
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
-if [ -n "$ZKR_CLEAN" ]; then rm -rf "$ZKR_CLEAN" 2>/dev/null; fi
+if [ -n "$ZKR_CLEAN" ]; then
+  for m in "$ZKR_CLEAN"/*/log; do umount -l "$m" 2>/dev/null; done
+  rm -rf "$ZKR_CLEAN" 2>/dev/null
+fi
 exit 0
 "#;
 

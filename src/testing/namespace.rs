@@ -46,8 +46,10 @@ pub fn enter_private_namespaces() -> Result<(), HarnessError> {
         ));
     }
     // Tried first in a child, so that a refusal leaves this process running.
-    let probe = Command::new("unshare")
-        .args(["--net", "--mount", "--", "ip", "link", "set", "lo", "up"])
+    let probe = Command::new(system_tool("unshare"))
+        .args(["--net", "--mount", "--"])
+        .arg(system_tool("ip"))
+        .args(["link", "set", "lo", "up"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output();
@@ -68,12 +70,23 @@ pub fn enter_private_namespaces() -> Result<(), HarnessError> {
     let left = network_namespace()
         .ok_or_else(|| HarnessError::StartFailed("cannot read /proc/self/ns/net".into()))?;
     let exe = std::env::current_exe()?;
-    let err = Command::new("unshare")
+    let err = Command::new(system_tool("unshare"))
         .args(["--net", "--mount", "--", "sh", "-c"])
-        .arg(r#"ip link set lo up && exec "$0" "$@""#)
+        .arg(r#""$ZKR_IP" link set lo up && exec "$0" "$@""#)
         .arg(exe)
         .args(std::env::args_os().skip(1))
         .env(MARKER, left)
+        .env("ZKR_IP", system_tool("ip"))
         .exec();
     Err(err.into())
+}
+
+/// A system program by name: from `/usr/sbin` or `/sbin` if it is there (where Debian puts
+/// `nft`, `mkfs.ext4`, `fsfreeze`; a PATH may lack them), else as the PATH finds it.
+pub(crate) fn system_tool(name: &str) -> std::path::PathBuf {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|dir| std::path::Path::new(dir).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| name.into())
 }

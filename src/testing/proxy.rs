@@ -335,8 +335,11 @@ fn pump(
             _ => POLL,
         };
         let _ = from.set_read_timeout(Some(wait));
+        // The sender closed its side: what it sent before still goes (below), then the pump
+        // ends.
+        let mut closed = false;
         match from.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => closed = true,
             Ok(n) => {
                 pending.extend_from_slice(&buf[..n]);
                 arrivals.push_back((Instant::now(), n));
@@ -353,8 +356,9 @@ fn pump(
             Mode::HoldRequests | Mode::StallRequests => !replies,
             Mode::Pass | Mode::Refuse | Mode::Delay => false,
         };
-        // How much of `pending` goes now: all of it, or on a delayed link what is due.
-        let ready = if hold {
+        // How much of `pending` goes now: all of it, or on a delayed link what is due (all of
+        // it once the sender closed, each part no earlier than due).
+        let mut ready = if hold {
             0
         } else if mode == Mode::Delay {
             let now = Instant::now();
@@ -371,6 +375,13 @@ fn pump(
             arrivals.clear();
             pending.len()
         };
+        if closed && mode == Mode::Delay {
+            if let Some(&(last, _)) = arrivals.back() {
+                thread::sleep((last + delay).saturating_duration_since(Instant::now()));
+            }
+            arrivals.clear();
+            ready = pending.len();
+        }
         if !held.publish((pending.len() - ready) as u64) {
             break;
         }
@@ -386,6 +397,9 @@ fn pump(
                 break;
             }
             pending.drain(..ready);
+        }
+        if closed {
+            break;
         }
     }
     held.publish(0);

@@ -52,8 +52,9 @@ pub const KINDS: [&str; 22] = [
     // The leader and one follower severed from each other while each still reaches the third
     // member: a partition that is not transitive.
     "bridge",
-    // What the leader sends to a follower is dropped; the follower still reaches the leader
-    // (the other way round from "one-way").
+    // What the leader sends to a follower is dropped (the other way round from "one-way"): on
+    // the links open at the cut, the follower's bytes still reach the leader; a link the
+    // follower opens again cannot complete its handshake.
     "leader-mute",
     // A member's transaction log stalls (the leader's two times in three): every write and
     // fsync on its disk blocks for 0.5–6 s, and the members fsync every transaction.
