@@ -83,6 +83,55 @@ fn any_holders_node_can_guard_writes() {
     assert_eq!(writer.data(&target).unwrap().0, b"x");
 }
 
+/// A hold's bound lies ahead of now and within a session timeout of it while the hold lasts,
+/// and there is none once the hold is lost.
+#[test]
+fn a_hold_is_valid_until_a_bound_within_its_session_and_has_none_once_lost() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let operator = connect(&server().connect_string(), Duration::from_secs(10));
+    let mutex = InterProcessMutex::new(&client, &root("valid-until")).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let now = std::time::Instant::now();
+    let until = guard.valid_until().expect("a held lease has a bound");
+    assert!(until > now, "the bound of a fresh hold is already past");
+    assert!(
+        until <= now + client.session_timeout(),
+        "the bound lies past a session timeout from now"
+    );
+    let lost = guard.lost();
+    operator.delete(guard.node_path()).unwrap();
+    assert!(matches!(
+        lost.recv_timeout(SOON),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+    ));
+    assert_eq!(guard.valid_until(), None, "a lost hold still has a bound");
+}
+
+/// The watch on the hold's node is set at the first look: a holder that only asks for `lost()`
+/// once hears of the deletion.
+#[test]
+fn a_holder_that_looks_once_hears_when_its_node_is_deleted() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let operator = connect(&server().connect_string(), Duration::from_secs(10));
+    let path = root("deleted-after-one-look");
+    let mutex = InterProcessMutex::new(&client, &path).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let node = guard.node_path().to_owned();
+    let lost = guard.lost();
+    // The watch request went out with that look; a read on the same connection after it is
+    // answered after it (a session's answers come in order), so the delete below comes after
+    // the watch was set.
+    assert!(client.exists(&node).unwrap().is_some());
+    operator.delete(&node).unwrap();
+    assert!(
+        matches!(
+            lost.recv_timeout(SOON),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        ),
+        "the hold's only look set no watch on its node"
+    );
+}
+
 #[test]
 fn a_holder_hears_when_an_operator_deletes_its_node() {
     let client = connect(&server().connect_string(), Duration::from_secs(10));
