@@ -288,7 +288,49 @@ fn a_session_latch_hears_lost_by_its_lease_bound_on_a_silent_connection() {
         "Lost came {:?} after the lease bound",
         lost_at - bound
     );
+    // No event says the hold is gone (nothing passes), but the bound ran out: no leadership.
+    assert!(
+        !latch.has_leadership(),
+        "the latch still leads past its bound on a silent connection"
+    );
     assert!(second.await_leadership(SOON).unwrap());
+    f.proxy.heal();
+}
+
+/// While the connection is broken and the lease bound still holds, a Session latch leads on
+/// and a Standard one does not.
+#[test]
+fn while_suspended_a_session_latch_leads_on_and_a_standard_one_does_not() {
+    let f = faulty();
+    let c = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let session = LeaderLatch::with_policy(
+        &c,
+        &root("suspended-session"),
+        "s",
+        LeadershipPolicy::Session,
+    )
+    .unwrap();
+    let standard = LeaderLatch::new(&c, &root("suspended-standard"), "t").unwrap();
+    session.start().unwrap();
+    standard.start().unwrap();
+    assert!(session.await_leadership(SOON).unwrap());
+    assert!(standard.await_leadership(SOON).unwrap());
+    let sub = c.subscribe();
+    f.proxy.refuse();
+    next_state(&sub, zk_recipes::ConnectionState::Suspended);
+    let bound = session
+        .lease()
+        .and_then(|l| l.valid_until())
+        .expect("a session latch's lease keeps its bound while suspended");
+    assert!(
+        !standard.has_leadership(),
+        "a standard latch leads without a connection"
+    );
+    let leads = session.has_leadership();
+    assert!(
+        leads || std::time::Instant::now() >= bound,
+        "a session latch gave up leadership while its bound held"
+    );
     f.proxy.heal();
 }
 

@@ -9,7 +9,8 @@
 # Sets, each with the tests that judge it:
 #   pure   client/touches.rs, lock/names.rs, lock/fencing.rs: the library's unit tests
 #   clock  client/clock.rs: the unit tests and tests/suspend.rs (the seam moves BOOTTIME)
-#   lease  lock/lease.rs: the lock suites that hold leases (mutex, while_held, mutex_faults)
+#   lease  lock/lease.rs: the suites that hold leases (mutex, while_held, mutex_faults,
+#          rwlock for the downgrade's token, metrics for the check-failure count)
 #   rules  lock/core.rs's grant and wait rules: the lock suites (mutex, rwlock, threads)
 #   latch  leader/latch.rs's leadership check: tests/leader.rs and tests/suspend.rs
 #
@@ -32,7 +33,7 @@ for set in "${sets[@]}"; do
     lease)
       # Debug and Display text, the node path and the time held are not safety.
       args=(--file src/lock/lease.rs -E 'fmt::|node_path|held_for')
-      oracle=(--test mutex --test while_held --test mutex_faults) ;;
+      oracle=(--test mutex --test while_held --test mutex_faults --test metrics --test rwlock) ;;
     rules)
       args=(--file src/lock/core.rs
             -F 'Rule|decide|watches_line|grant|wait_for_turn|LockCore::wait\b|while_waiting|keep_listening|watching')

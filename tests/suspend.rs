@@ -82,3 +82,20 @@ fn a_latch_first_in_line_whose_bound_ran_out_leads_again() {
     );
     latch.close();
 }
+
+/// The bound, not an event, ends leadership: right after a suspend past the bound (nothing
+/// told the latch: no event, no answer), `has_leadership()` says no.
+#[test]
+fn a_latch_whose_bound_ran_out_in_a_suspend_does_not_lead() {
+    let _one_at_a_time = SEAM.lock();
+    let client = connect(&server().connect_string(), Duration::from_secs(4));
+    let latch = LeaderLatch::new(&client, &root("latch-suspended"), "only").expect("latch");
+    latch.start().expect("start");
+    assert!(latch.await_leadership(SOON).expect("await"));
+    suspend_lease_clock(client.session_timeout() + Duration::from_secs(1));
+    assert!(
+        !latch.has_leadership(),
+        "a latch leads past its lease bound"
+    );
+    latch.close();
+}

@@ -83,6 +83,25 @@ fn any_holders_node_can_guard_writes() {
     assert_eq!(writer.data(&target).unwrap().0, b"x");
 }
 
+/// A fencing token is read only from the hold's own node: a node someone else put at its path
+/// after it was deleted gives none (its creation zxid would be a newer holder's token).
+#[test]
+fn a_fencing_token_is_never_read_from_a_node_another_session_put_at_the_hold_s_path() {
+    let client = connect(&server().connect_string(), Duration::from_secs(10));
+    let operator = connect(&server().connect_string(), Duration::from_secs(10));
+    let mutex = InterProcessMutex::new(&client, &root("imposter-node")).unwrap();
+    let guard = mutex.acquire().unwrap();
+    let node = guard.node_path().to_owned();
+    operator.delete(&node).unwrap();
+    operator
+        .create(&node, b"", zk_recipes::CreateMode::Ephemeral)
+        .unwrap();
+    assert!(
+        matches!(guard.fencing_token(), Err(Error::SessionLost { .. })),
+        "a token was read from another session's node"
+    );
+}
+
 /// A hold's bound lies ahead of now and within a session timeout of it while the hold lasts,
 /// and there is none once the hold is lost.
 #[test]
