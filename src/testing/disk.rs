@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use parking_lot::Mutex;
 
-use super::namespace::system_tool;
+use super::namespace::{succeeded, system_tool};
 use super::HarnessError;
 
 /// The file system's size: ZooKeeper preallocates its logs (see
@@ -102,12 +102,5 @@ impl Drop for FreezableDisk {
 
 fn run(cmd: &mut Command) -> Result<(), HarnessError> {
     let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(HarnessError::StartFailed(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    succeeded(&out, &format!("{cmd:?} failed"))
 }

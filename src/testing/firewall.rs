@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-use super::namespace::system_tool;
+use super::namespace::{succeeded, system_tool};
 use super::HarnessError;
 
 /// The first group id a member runs with; each firewalled ensemble of a process takes the next
@@ -139,11 +139,7 @@ impl Firewall {
                 if ports.is_empty() {
                     continue;
                 }
-                let set = ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let set = elements(ports);
                 let _ = writeln!(
                     script,
                     "add rule inet {table} cuts meta l4proto tcp ct mark {} \
@@ -155,12 +151,7 @@ impl Firewall {
         if !cuts.is_empty() {
             // A member's packet that conntrack cannot place (its entry gone) carries no mark
             // and would pass every rule above: while anything is cut, it goes nowhere.
-            let gids = self
-                .gids
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let gids = elements(&self.gids);
             let _ = writeln!(
                 script,
                 "add rule inet {table} cuts meta skgid {{ {gids} }} ct state invalid drop"
@@ -193,12 +184,14 @@ fn nft(script: &str) -> Result<(), HarnessError> {
         stdin.write_all(script.as_bytes())?;
     }
     let out = child.wait_with_output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(HarnessError::StartFailed(format!(
-            "nft refused the rules: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    succeeded(&out, "nft refused the rules")
+}
+
+/// `items` as an nftables set's elements: `a, b, c`.
+fn elements<T: ToString>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -90,3 +90,16 @@ pub(crate) fn system_tool(name: &str) -> std::path::PathBuf {
         .find(|p| p.exists())
         .unwrap_or_else(|| name.into())
 }
+
+/// `Ok` if a finished command succeeded, else what it said on its error output, as `what`
+/// failing.
+pub(crate) fn succeeded(out: &std::process::Output, what: &str) -> Result<(), HarnessError> {
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(HarnessError::StartFailed(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
