@@ -30,8 +30,10 @@ impl FreezableDisk {
     pub fn new(image: &Path, mount: &Path) -> Result<FreezableDisk, HarnessError> {
         std::fs::File::create(image)?.set_len(IMAGE_BYTES)?;
         std::fs::create_dir_all(mount)?;
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(image))?;
-        run(Command::new("mount")
+        run(Command::new(system_tool("mkfs.ext4"))
+            .args(["-q", "-F"])
+            .arg(image))?;
+        run(Command::new(system_tool("mount"))
             .args(["-o", "loop"])
             .arg(image)
             .arg(mount))?;

@@ -21,10 +21,9 @@ use super::namespace::{succeeded, system_tool};
 use super::HarnessError;
 
 /// The first group id a member runs with; each firewalled ensemble of a process takes the next
-/// block of [`GIDS_PER_CLUSTER`].
+/// ones.
 const FIRST_GID: u32 = 61_000;
-const GIDS_PER_CLUSTER: u32 = 16;
-static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
+static NEXT_GID: AtomicU32 = AtomicU32::new(FIRST_GID);
 
 /// One ensemble's nftables table.
 pub(crate) struct Firewall {
@@ -41,10 +40,9 @@ impl Firewall {
     /// Group ids for `n` members, distinct from every other firewalled ensemble's in this
     /// process.
     pub fn gids(n: usize) -> Vec<u32> {
-        let block = NEXT_BLOCK.fetch_add(1, Ordering::SeqCst);
-        (0..n as u32)
-            .map(|i| FIRST_GID + block * GIDS_PER_CLUSTER + i)
-            .collect()
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let first = NEXT_GID.fetch_add(n, Ordering::SeqCst);
+        (0..n).map(|i| first + i).collect()
     }
 
     /// Installs the table: connections marked by the member that opens them, no cut yet.
