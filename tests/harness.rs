@@ -265,3 +265,37 @@ fn a_delayed_proxy_delivers_every_byte_in_order_and_none_early() {
     server_side.read_exact(&mut late).unwrap();
     assert_eq!(&late, b"late");
 }
+
+/// The clock-rate adversary is real: a server whose clocks run twice as fast (libfaketime in
+/// its JVM) expires a silent session in about half its timeout by the machine's clock, where a
+/// server at the machine's rate waits at least the timeout less the client's ping interval.
+#[test]
+fn a_server_whose_clock_runs_fast_expires_a_silent_session_early() {
+    let server = TestingServer::with_options(ServerOptions {
+        clock_rates: vec![2.0],
+        ..server_options()
+    })
+    .expect("a server with a fast clock");
+    let proxy = zk_recipes::testing::FaultProxy::start(server.addr()).expect("proxy");
+    let timeout = std::time::Duration::from_secs(9);
+    let held = connect(&proxy.connect_string(), timeout);
+    let watcher = connect(&server.connect_string(), timeout);
+    let path = root("fast-clock");
+    held.create(&path, b"", zk_recipes::CreateMode::Ephemeral)
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert!(watcher.exists_watch(&path, &tx).unwrap().is_some());
+
+    proxy.blackhole();
+    let silent = std::time::Instant::now();
+    let event = rx.recv_timeout(SOON).expect("the node never went");
+    let took = silent.elapsed();
+    assert_eq!(event.kind, zk_recipes::WatchKind::Deleted);
+    // At the machine's rate the session outlives the silence by at least two thirds of its
+    // timeout (the client pings a third of the way); at twice the rate, by at most a half.
+    assert!(
+        took < timeout * 3 / 5,
+        "a session expired {took:?} into the silence: the clock does not run fast"
+    );
+    proxy.heal();
+}

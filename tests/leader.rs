@@ -363,3 +363,116 @@ fn a_latch_s_lease_kept_past_its_term_stops_vouching() {
     );
     b.close();
 }
+
+/// On a slow link every answer waits too long to vouch for a touch at the leader, so the
+/// bound stops moving while the connection lives on and no event comes: the latch thread
+/// itself must end leadership at the bound (the listeners hear `Lost` then). First in line on
+/// its live session, it then looks again on its own (no event will come) and leads again once
+/// answers come fast.
+#[test]
+fn a_latch_on_a_slow_link_hears_lost_at_its_bound_and_leads_again_when_answers_come_fast() {
+    let f = faulty();
+    let held = connect(&f.proxy.connect_string(), Duration::from_secs(3));
+    let latch = LeaderLatch::new(&held, &root("slow-link"), "a").unwrap();
+    let (tx, rx) = mpsc::channel();
+    latch.add_listener(move |e| {
+        let _ = tx.send((e, std::time::Instant::now()));
+    });
+    latch.start().unwrap();
+    assert!(latch.await_leadership(SOON).unwrap());
+    assert_eq!(rx.recv().unwrap().0, LeadershipEvent::Gained);
+    let sub = held.subscribe();
+
+    // Four ticks each way: the link stays up (the connection hears something every round
+    // trip), but no answer vouches.
+    f.proxy.delay(Duration::from_millis(400));
+    let (event, lost_at) = rx.recv_timeout(SOON).expect("no Lost event");
+    assert_eq!(event, LeadershipEvent::Lost);
+    let bound = held
+        .session_valid_until()
+        .expect("a bound while the connection lives");
+    assert!(
+        lost_at <= bound + Duration::from_millis(100),
+        "Lost came {:?} after the lease bound",
+        lost_at - bound
+    );
+    assert!(!latch.has_leadership());
+    assert!(
+        sub.receiver().try_recv().is_err(),
+        "the connection did not stay up: the test proves nothing"
+    );
+
+    f.proxy.heal();
+    assert!(
+        latch.await_leadership(SOON).unwrap(),
+        "first in line on a live session, answers vouching again, yet not leading"
+    );
+    assert_eq!(rx.recv_timeout(SOON).unwrap().0, LeadershipEvent::Gained);
+}
+
+/// A node another session put at exactly our node's path (an operator's mistake, a hostile
+/// client) looks like ours in the listing, but the claim looks at its owner: the latch does
+/// not lead on it, and leads again on a node of its own once that one is gone.
+#[test]
+fn a_latch_never_leads_on_a_node_another_session_put_at_its_path() {
+    let path = root("latch-imposter");
+    let (ca, cb, admin) = (client(), client(), client());
+    let first = LeaderLatch::new(&cb, &path, "first").unwrap();
+    first.start().unwrap();
+    assert!(first.await_leadership(SOON).unwrap());
+    let latch = LeaderLatch::new(&ca, &path, "a").unwrap();
+    let (tx, rx) = mpsc::channel();
+    latch.add_listener(move |e| {
+        let _ = tx.send(e);
+    });
+    latch.start().unwrap();
+    let ours = wait_for(SOON, || {
+        latch
+            .participants()
+            .ok()?
+            .into_iter()
+            .find(|p| p.id == "a")
+            .map(|p| p.node)
+    })
+    .expect("our node in line");
+
+    // Our node is replaced by a persistent one at the same path, owned by no session.
+    admin.delete(&ours).unwrap();
+    admin
+        .create(&ours, b"imposter", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    first.close();
+
+    // The latch is first now (as the names say) and watches that node once its claim is done.
+    let session = format!("0x{:x}", ca.session_id().expect("a session").0);
+    let watched = wait_for(SOON, || {
+        let watches = server().four_letter("wchc").ok()?;
+        let mut current = "";
+        for line in watches.lines() {
+            if line.starts_with("0x") {
+                current = line.trim();
+            } else if current == session && line.trim() == ours {
+                return Some(());
+            }
+        }
+        None
+    });
+    assert!(watched.is_some(), "the latch never looked at the node");
+    assert!(
+        !latch.has_leadership(),
+        "the latch leads on a node its session does not own"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the latch announced leadership on a node its session does not own"
+    );
+
+    admin.delete(&ours).unwrap();
+    assert!(
+        latch.await_leadership(SOON).unwrap(),
+        "never leading on a node of its own"
+    );
+    assert_eq!(rx.recv_timeout(SOON).unwrap(), LeadershipEvent::Gained);
+    latch.close();
+    let _ = admin.delete(&path);
+}

@@ -541,6 +541,36 @@ fn a_waiter_that_times_out_two_hundred_times_leaves_no_watcher_behind() {
     );
 }
 
+/// A lease that must wait sets its watch on the line with the listing that came with its
+/// create, and is woken by it: one listing more when a lease is freed, and nothing in between.
+#[test]
+fn a_waiting_semaphore_lease_is_woken_by_the_watch_its_first_listing_set() {
+    let (holder, waiter) = (client(), client());
+    let path = root("semaphore-wait-requests");
+    let held = InterProcessSemaphoreV2::new(&holder, &path, 1).unwrap();
+    let sem = InterProcessSemaphoreV2::new(&waiter, &path, 1).unwrap();
+    drop(sem.acquire().unwrap()); // its paths exist from here on
+    let lease = held.acquire().unwrap();
+    let before = waiter.metrics().requests;
+    let (tx, rx) = mpsc::channel();
+    let acquiring = thread::spawn(move || tx.send(sem.acquire().map(|l| l.release())).unwrap());
+    assert!(
+        wait_for(SOON, || (held.participant_nodes().ok()?.len() == 2)
+            .then_some(()))
+        .is_some(),
+        "the waiter never queued"
+    );
+    drop(lease);
+    rx.recv_timeout(SOON)
+        .expect("the waiter never got the freed lease")
+        .unwrap()
+        .unwrap();
+    acquiring.join().unwrap();
+    // The internal lock's create and listing, the lease's create and (watched) listing, the
+    // listing once the watch fired, the internal lock's delete, and the lease's delete.
+    assert_eq!(waiter.metrics().requests - before, 7);
+}
+
 #[test]
 fn an_uncontended_semaphore_lease_sends_each_create_with_its_listing() {
     let c = client();

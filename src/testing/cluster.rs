@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::disk::{FreezableDisk, PREALLOC_KB};
 use super::firewall::Firewall;
-use super::jvm::{self, four_letter_over, Jvm, TempDir};
+use super::jvm::{self, four_letter_over, Jvm, Process, TempDir};
 use super::namespace::in_private_namespaces;
 use super::proxy::FaultProxy;
 use super::server::{mode_of, wait_ready, ServerOptions};
@@ -332,7 +332,10 @@ impl TestingCluster {
             &member_dir.join("server.log"),
             // Every member's wrapper removes the whole ensemble's directory if we die.
             self.dir.path(),
-            self.members[i].group,
+            Process {
+                group: self.members[i].group,
+                clock_rate: self.options.clock_rate(i),
+            },
         )?;
         *self.members[i].jvm.lock() = Some(jvm);
         Ok(())

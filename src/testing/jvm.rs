@@ -117,6 +117,18 @@ pub(crate) fn java() -> Result<PathBuf, HarnessError> {
 }
 
 /// A running JVM under the watchdog wrapper.
+/// Where Debian's `libfaketime` puts the library a JVM preloads to run its clocks at a rate.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// How a JVM's process runs, beside its arguments.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Process {
+    /// Its group id (and no other group; the user stays ours), if not ours.
+    pub group: Option<u32>,
+    /// How fast its clocks run against the machine's (`libfaketime`), if not at 1.
+    pub clock_rate: Option<f64>,
+}
+
 pub(crate) struct Jvm {
     wrapper: Child,
     stdin: Option<ChildStdin>,
@@ -125,9 +137,9 @@ pub(crate) struct Jvm {
 }
 
 impl Jvm {
-    /// Starts `main_class` with system properties `props` (`-Dk=v`), with group id `group` if
-    /// given (and no other group; the user stays ours). `dir` is removed by the wrapper if our process dies
-    /// without stopping the JVM.
+    /// Starts `main_class` with system properties `props` (`-Dk=v`), as `process` says (its
+    /// group, its clocks' rate). `dir` is removed by the wrapper if our process dies without
+    /// stopping the JVM.
     pub fn spawn(
         classpath: &str,
         main_class: &str,
@@ -135,7 +147,7 @@ impl Jvm {
         args: &[String],
         log: &Path,
         dir: &Path,
-        group: Option<u32>,
+        process: Process,
     ) -> Result<Jvm, HarnessError> {
         let java = java()?;
         let level = std::env::var("ZOOKEEPER_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
@@ -158,13 +170,30 @@ impl Jvm {
             .env("ZKR_CLEAN", dir)
             .env(
                 "ZKR_AS",
-                group.map_or(String::new(), |g| {
+                process.group.map_or(String::new(), |g| {
                     format!("setpriv --regid={g} --clear-groups")
                 }),
             )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        if let Some(rate) = process.clock_rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(HarnessError::StartFailed(format!(
+                    "a clock rate must be a positive number, not {rate}"
+                )));
+            }
+            if !Path::new(LIBFAKETIME).exists() {
+                return Err(HarnessError::ZooKeeperMissing(format!(
+                    "a clock rate needs {LIBFAKETIME} (apt-get install libfaketime)"
+                )));
+            }
+            // Every clock the JVM reads (monotonic ones too: `System.nanoTime`, which times
+            // its sessions) and every timed wait runs at `rate` from the JVM's start on.
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME", format!("+0 x{rate}"))
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "0");
+        }
         let mut wrapper = cmd.spawn()?;
         let stdin = wrapper.stdin.take();
         let mut first = String::new();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::jvm::{self, four_letter_over, Jvm, TempDir};
+use super::jvm::{self, four_letter_over, Jvm, Process, TempDir};
 use super::HarnessError;
 
 /// Server settings shared by [`TestingServer`] and [`TestingCluster`](super::TestingCluster).
@@ -38,6 +38,12 @@ pub struct ServerOptions {
     pub system_properties: Vec<(String, String)>,
     /// More `zoo.cfg` lines, `(key, value)` (for example `("localSessionsEnabled", "true")`).
     pub config: Vec<(String, String)>,
+    /// How fast each server's clocks run against the machine's, by member index (a standalone
+    /// server is member 0); a missing entry runs at 1. Through `libfaketime` (Debian's
+    /// `libfaketime`), preloaded into the JVM: every clock it reads, `System.nanoTime` too,
+    /// and every timed wait. A leader whose clock runs fast by a fraction `f` expires each
+    /// session `f / (1 + f)` of its timeout early, in the machine's time.
+    pub clock_rates: Vec<f64>,
     /// SASL: the users the server knows (DIGEST-MD5, ZooKeeper's `DigestLoginModule`) and
     /// whether it requires every client to authenticate with SASL.
     pub sasl: Option<ServerSasl>,
@@ -102,6 +108,7 @@ impl Default for ServerOptions {
             sync_limit: 20,
             system_properties: Vec::new(),
             config: Vec::new(),
+            clock_rates: Vec::new(),
             sasl: None,
             #[cfg(feature = "tls")]
             tls: None,
@@ -110,6 +117,11 @@ impl Default for ServerOptions {
 }
 
 impl ServerOptions {
+    /// Member `i`'s clock rate, if not 1.
+    pub(crate) fn clock_rate(&self, i: usize) -> Option<f64> {
+        self.clock_rates.get(i).copied().filter(|&r| r != 1.0)
+    }
+
     /// The JVM system properties these options set.
     pub(crate) fn jvm_properties(&self) -> Vec<String> {
         let mut props = Vec::new();
@@ -351,7 +363,10 @@ impl TestingServer {
             &[self.dir.path().join("zoo.cfg").display().to_string()],
             &self.dir.path().join("server.log"),
             self.dir.path(),
-            None,
+            Process {
+                group: None,
+                clock_rate: self.options.clock_rate(0),
+            },
         )?;
         // `ruok` answers `imok` a few hundred milliseconds before the server takes sessions;
         // `srvr` reports a mode only once it does.

@@ -108,7 +108,7 @@ fn main() {
         return;
     }
     // A libtest-style name filter that does not match: nothing to run here.
-    let flag_values = ["--seconds", "--seed", "--nemesis"];
+    let flag_values = ["--seconds", "--seed", "--nemesis", "--fast-clock"];
     let filters: Vec<&String> = args
         .iter()
         .enumerate()
@@ -137,6 +137,13 @@ fn main() {
     let secure = args.iter().any(|a| a == "--secure")
         || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
     let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
+    // `--fast-clock R`: the member that wins elections when the logs tie (the highest id)
+    // runs its clocks R times as fast as the machine's, so it expires sessions early.
+    let fast_clock: Option<f64> = args.iter().position(|a| a == "--fast-clock").map(|i| {
+        let rate = args.get(i + 1).and_then(|v| v.parse().ok());
+        rate.filter(|r: &f64| r.is_finite() && *r > 0.0)
+            .expect("--fast-clock: a positive rate, such as 1.05")
+    });
     // `--nemesis a,b`: only these fault kinds (names as in `nemesis::KINDS`).
     let kinds: Vec<&'static str> = match args.iter().position(|a| a == "--nemesis") {
         Some(i) => {
@@ -184,6 +191,7 @@ fn main() {
         stop_at_first,
         kinds,
         namespaces,
+        fast_clock,
     });
 }
 
@@ -193,6 +201,8 @@ struct Options {
     secure: bool,
     /// Check after every fault and stop at the first violation (planted bugs).
     stop_at_first: bool,
+    /// How fast the third member's clocks run, if not at the machine's rate.
+    fast_clock: Option<f64>,
     kinds: Vec<&'static str>,
     /// The run is in namespaces of its own: the ensemble can be
     /// [`TestingCluster::firewalled`].
@@ -221,6 +231,9 @@ struct Workers {
     gates: Arc<Gates>,
     /// A worker whose write was just answered, and when.
     cues: Receiver<(usize, u64)>,
+    /// A worker about to downgrade a write hold, waiting for a line on its stdin: handed over
+    /// only to a nemesis waiting for it (a rendezvous), which then owes the worker that line.
+    downgrades: Receiver<usize>,
 }
 
 impl std::ops::Deref for Workers {
@@ -313,6 +326,12 @@ fn run(o: &Options) {
         sync_limit: 40,
         ..ServerOptions::default()
     };
+    if let Some(rate) = o.fast_clock {
+        // ZooKeeper's election prefers the highest id when the logs tie: the fast member
+        // leads whenever it can.
+        options.clock_rates = vec![1.0, 1.0, rate];
+        println!("jepsen: member 3's clocks run at {rate} times the machine's");
+    }
     if let Some(pki) = &pki {
         options.tls = Some(pki.server(false));
         options.sasl = Some(zk_recipes::testing::ServerSasl {
@@ -422,7 +441,7 @@ fn run(o: &Options) {
     let mut checkpoints = 0u32;
     let mut slowest_recovery = Duration::ZERO;
     let mut next_checkpoint = CHECKPOINT_EVERY;
-    let (counts, pauses, missed_cues, cue_lag) = {
+    let (counts, pauses, (missed_cues, restarts_again), cue_lag) = {
         let nemesis = Nemesis::new(&cluster, &workers, firewalled);
         let draws: Vec<&'static str> = kinds
             .iter()
@@ -471,7 +490,7 @@ fn run(o: &Options) {
         nemesis.heal_all();
         let counts = nemesis.counts.lock().clone();
         let pauses = nemesis.pauses.lock().clone();
-        let missed = *nemesis.missed_cues.lock();
+        let missed = (*nemesis.missed_cues.lock(), *nemesis.restarts_again.lock());
         let mut lag = nemesis.cue_lag.lock().clone();
         lag.sort_unstable();
         let cue_lag = (!lag.is_empty()).then(|| {
@@ -503,8 +522,9 @@ fn run(o: &Options) {
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
          checked over {:.0} s, {} timed acquires, {} runs refused before the work and {} \
          after it, {} gate writes ({} by zombies, {} of them refused), closest handover {:?}, \
-         faults {counts:?} ({missed_cues} write-timed isolations without a cue; from a write's \
-         answer to its cut, p50 and p90: {cue_lag:?}), {checkpoints} \
+         faults {counts:?} ({missed_cues} timed faults without a cue; from a write's \
+         answer to its cut, p50 and p90: {cue_lag:?}; {restarts_again} restarts healed and \
+         done again), {checkpoints} \
          progress checkpoints (slowest recovery {slowest_recovery:?}), overlaps {}, \
          stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
          held again after the last fault: {progressed}",
@@ -637,10 +657,12 @@ fn spawn(
             .collect(),
     );
     let (cue_tx, cues) = crossbeam_channel::bounded(64);
+    let (downgrade_tx, downgrades) = crossbeam_channel::bounded(0);
     let mut workers = Workers {
         workers: Vec::new(),
         gates: gates.clone(),
         cues,
+        downgrades,
     };
     for (r, &recipe) in recipes.iter().enumerate() {
         for k in 0..WORKERS_PER_RECIPE {
@@ -681,7 +703,8 @@ fn spawn(
             let stdin = Arc::new(Mutex::new(child.stdin.take()));
             let stdout = child.stdout.take().expect("piped stdout");
             let reader = {
-                let (stdin, gates, cues) = (stdin.clone(), gates.clone(), cue_tx.clone());
+                let (stdin, gates) = (stdin.clone(), gates.clone());
+                let cues = (cue_tx.clone(), downgrade_tx.clone());
                 thread::spawn(move || serve(index, recipe, stdout, &stdin, &gates, &cues))
             };
             workers.workers.push(Worker {
@@ -704,7 +727,7 @@ fn serve(
     stdout: std::process::ChildStdout,
     stdin: &Mutex<Option<ChildStdin>>,
     gates: &Gates,
-    cues: &Sender<(usize, u64)>,
+    (cues, downgrades): &(Sender<(usize, u64)>, Sender<usize>),
 ) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
@@ -714,6 +737,9 @@ fn serve(
                 // Nobody waiting: the cue is dropped.
                 let _ = cues.try_send((index, when.parse().unwrap_or(0)));
             }
+            // A nemesis waiting for this cue answers once it has stopped the worker; nobody
+            // waiting: go on at once.
+            ["D"] if downgrades.try_send(index).is_err() => answer(stdin, true),
             ["G", token, kind, acquired] => {
                 let (Ok(token), Ok(acquired)) = (token.parse::<i64>(), acquired.parse::<u64>())
                 else {
@@ -732,12 +758,17 @@ fn serve(
                     });
                     admitted
                 };
-                if let Some(s) = stdin.lock().as_mut() {
-                    let _ = writeln!(s, "{}", u8::from(admitted));
-                }
+                answer(stdin, admitted);
             }
             _ => {}
         }
+    }
+}
+
+/// Answers a worker's question on its stdin (`1` or `0`); nothing if it was ended.
+fn answer(stdin: &Mutex<Option<ChildStdin>>, yes: bool) {
+    if let Some(s) = stdin.lock().as_mut() {
+        let _ = writeln!(s, "{}", u8::from(yes));
     }
 }
 

@@ -10,10 +10,13 @@ use zk_recipes::testing::{FaultProxy, TestingCluster};
 use crate::{likely_holder, mono, signal, Workers, SESSION};
 
 /// Every kind of fault, by name. The first run of a harness draws each once, in this order.
-pub const KINDS: [&str; 22] = [
+pub const KINDS: [&str; 23] = [
     // A holder's process pauses (a GC pause), shorter or longer than its session.
     "holder-pause",
     "long-holder-pause",
+    // A read/write lock's writer stopped past its session the moment before it downgrades its
+    // write hold (on its cue): the downgrade then runs on a hold that may be gone.
+    "downgrade-pause",
     // The leader, or a follower, pauses: up to past a session, within syncLimit.
     "leader-pause",
     "follower-pause",
@@ -98,10 +101,13 @@ pub struct Nemesis<'a> {
     pub counts: Mutex<BTreeMap<&'static str, u32>>,
     /// `(worker, from, to)`: when the nemesis kept a worker's process stopped.
     pub pauses: Mutex<Vec<(usize, u64, u64)>>,
-    /// Write-timed isolations that found no cue from a holder on a follower in time.
+    /// Write-timed isolations, and downgrade pauses, that found no cue in time.
     pub missed_cues: Mutex<u32>,
     /// For each write-timed cut, nanoseconds from the write's answer to the cut.
     pub cue_lag: Mutex<Vec<u64>>,
+    /// Restarts of a member that did not serve in time beside another fault, healed and
+    /// started again.
+    pub restarts_again: Mutex<u32>,
 }
 
 fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
@@ -118,6 +124,7 @@ impl<'a> Nemesis<'a> {
             pauses: Mutex::new(Vec::new()),
             missed_cues: Mutex::new(0),
             cue_lag: Mutex::new(Vec::new()),
+            restarts_again: Mutex::new(0),
         }
     }
 
@@ -188,10 +195,11 @@ impl<'a> Nemesis<'a> {
                 };
                 cluster.kill(member);
                 thread::sleep(ms(rng, 300, 2000));
-                cluster.restart(member).expect("restart");
+                self.restart(member, false);
                 true
             }
             "write-timed-isolation" => self.write_timed_isolation(rng),
+            "downgrade-pause" => self.downgrade_pause(rng),
             "long-leader-isolation" => {
                 let Some(l) = cluster.leader() else { return };
                 cluster.isolate(l);
@@ -205,16 +213,14 @@ impl<'a> Nemesis<'a> {
                 followers.iter().for_each(|&f| cluster.kill(f));
                 thread::sleep(ms(rng, 300, 3000));
                 for &f in &followers {
-                    cluster.restart(f).expect("restart");
+                    self.restart(f, false);
                 }
                 true
             }
             "residual-race" => self.residual_race(rng),
             "empty-disk" => {
                 let Some(f) = self.follower(rng) else { return };
-                cluster
-                    .restart_empty(f)
-                    .expect("restart with an empty disk");
+                self.restart(f, true);
                 true
             }
             "client-delay" => {
@@ -272,6 +278,33 @@ impl<'a> Nemesis<'a> {
         };
         if counted {
             *self.counts.lock().entry(kind).or_default() += 1;
+        }
+    }
+
+    /// Starts member `m` again (with its disk lost if `empty`) and waits until it serves. A
+    /// fault running beside this one (a composed fault) may keep it from joining for longer
+    /// than the harness waits: then every link is mended and every disk thawed, and it is
+    /// started once more; a member that cannot serve even then fails the run.
+    fn restart(&self, m: usize, empty: bool) {
+        let start = |empty: bool| {
+            if empty {
+                self.cluster.restart_empty(m)
+            } else {
+                self.cluster.restart(m)
+            }
+        };
+        if let Err(e) = start(empty) {
+            println!("jepsen: member {m} did not serve after its restart ({e}); healing, again");
+            *self.restarts_again.lock() += 1;
+            self.cluster.mend_all();
+            for i in 0..self.cluster.len() {
+                self.cluster.thaw_log(i);
+                self.cluster.resume(i);
+                self.cluster.rejoin(i);
+            }
+            if let Err(e) = start(false) {
+                panic!("member {m} does not serve after a second restart, all healed: {e}");
+            }
         }
     }
 
@@ -341,6 +374,24 @@ impl<'a> Nemesis<'a> {
         }
         *self.missed_cues.lock() += 1;
         false
+    }
+
+    /// Waits (up to 5 s) for a writer about to downgrade, stops its process before it goes
+    /// on, and keeps it stopped past its session.
+    fn downgrade_pause(&self, rng: &mut fastrand::Rng) -> bool {
+        let Ok(w) = self.workers.downgrades.recv_timeout(Duration::from_secs(5)) else {
+            *self.missed_cues.lock() += 1;
+            return false;
+        };
+        let worker = &self.workers.workers[w];
+        let (pid, from) = (worker.child.id(), mono());
+        signal(pid, "-STOP");
+        // The go it waits for, read once it runs again.
+        crate::answer(&worker.stdin, true);
+        thread::sleep(SESSION + ms(rng, 200, 1500));
+        signal(pid, "-CONT");
+        self.pauses.lock().push((w, from, mono()));
+        true
     }
 
     /// Cuts the links of about half the workers attached to `member`, so that they reconnect

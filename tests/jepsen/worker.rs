@@ -5,6 +5,9 @@
 //! - `W <when>` on stdout: a write the server checked against the hold (`while_held`) was
 //!   answered at `when`. The nemesis may be waiting for that cue to cut the member off (the moment a
 //!   lease bound that trusts the write's own send time overstates the most).
+//! - `D` on stdout: a write hold is about to be downgraded. The worker waits for a line on
+//!   stdin before it goes on; a nemesis waiting for this cue stops the process before that
+//!   line is sent.
 //! - `G <token> <L|Z> <acquired>` on stdout: a write to the protected resource, the
 //!   coordinator's `FencingGate` for this lock, from a live hold (`L`, its piece vouched) or a
 //!   zombie (`Z`: its lease refused a `run`, and it writes anyway, as a paused holder that
@@ -76,6 +79,15 @@ impl Coordinator {
         ));
         // No answer means stdin closed: the stdin thread ends the process.
         self.answers.recv().unwrap_or(false)
+    }
+
+    /// Says a write hold is about to be downgraded (`D`), and waits for the coordinator's
+    /// go: a nemesis waiting for this cue stops the process first, so the downgrade runs on a
+    /// hold a pause may have cost (a writer's GC pause at the worst moment).
+    fn before_downgrade(&self) {
+        let _asking = self.asking.lock();
+        self.say("D");
+        let _ = self.answers.recv();
     }
 }
 
@@ -194,6 +206,7 @@ pub fn worker() -> ! {
                 records.line(format!("A {acquired} {kind}"));
                 hold(&ctx, &guard, &mut rng, kind, acquired, 20);
                 if !reader && rng.bool() {
+                    ctx.coordinator.before_downgrade();
                     if let Ok(read) = guard.downgrade() {
                         let acquired = mono();
                         records.line(format!("A {acquired} R"));
