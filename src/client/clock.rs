@@ -34,12 +34,43 @@ fn suspended_by_tests() -> Duration {
     Duration::from_nanos(SUSPENDED_BY_TESTS.load(Ordering::SeqCst))
 }
 
+/// A bracket this narrow is taken at once; otherwise the narrowest of `READINGS`.
+const TIGHT: Duration = Duration::from_micros(20);
+/// How many brackets a reading may take to find a tight one.
+const READINGS: usize = 8;
+
+/// A testing seam: a stall inside the next bracket (between its MONOTONIC reading and its
+/// second BOOTTIME reading), as a preemption or a `SIGSTOP` there would make.
+#[cfg(test)]
+static STALL_INSIDE_NEXT_BRACKET: Mutex<Option<Duration>> = Mutex::new(None);
+
 /// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC` now, the time the machine has spent suspended since it
 /// booted, bracketed: `(lo, hi)` with `lo <= true <= hi`. The two clocks cannot be read at one
 /// instant, and a preemption between two readings would add its length to a plain difference:
 /// BOOTTIME read before and after MONOTONIC brackets the offset at the MONOTONIC reading.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+///
+/// A bracket stretched by a stall inside it (a preemption, the process stopped) is still a
+/// bracket, but its high end overstates the offset by the stall, and the high end kept is the
+/// highest seen (see [`suspended`]): every bound read after it would come that much early, for
+/// the rest of the process. So a wide bracket is read again, and the narrowest of a few is
+/// taken: a stall lands in one bracket, not in several in a row.
 fn suspended_since_boot() -> (Duration, Duration) {
+    let mut best = bracket();
+    for _ in 1..READINGS {
+        if best.1.saturating_sub(best.0) <= TIGHT {
+            break;
+        }
+        let next = bracket();
+        if next.1.saturating_sub(next.0) < best.1.saturating_sub(best.0) {
+            best = next;
+        }
+    }
+    best
+}
+
+/// One bracket of the offset (see [`suspended_since_boot`]).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn bracket() -> (Duration, Duration) {
     use rustix::time::{clock_gettime, ClockId};
     let to = |t: rustix::time::Timespec| {
         Duration::new(
@@ -49,6 +80,10 @@ fn suspended_since_boot() -> (Duration, Duration) {
     };
     let before = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     let monotonic = to(clock_gettime(ClockId::Monotonic));
+    #[cfg(test)]
+    if let Some(stall) = STALL_INSIDE_NEXT_BRACKET.lock().take() {
+        std::thread::sleep(stall);
+    }
     let after = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     (
         before.saturating_sub(monotonic),
@@ -57,7 +92,7 @@ fn suspended_since_boot() -> (Duration, Duration) {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn suspended_since_boot() -> (Duration, Duration) {
+fn bracket() -> (Duration, Duration) {
     (suspended_by_tests(), suspended_by_tests())
 }
 
@@ -123,6 +158,26 @@ mod tests {
         assert!(lease >= at);
         assert!(lease - at < Duration::from_millis(50), "{:?}", lease - at);
         assert_eq!(to_instant(lease).map(|i| i <= lease), Some(true));
+    }
+
+    #[test]
+    fn a_stall_inside_a_reading_does_not_shorten_every_later_bound() {
+        let (_, hi) = suspended();
+        *STALL_INSIDE_NEXT_BRACKET.lock() = Some(Duration::from_millis(50));
+        let (_, stalled) = suspended();
+        let (_, after) = suspended();
+        assert!(
+            STALL_INSIDE_NEXT_BRACKET.lock().is_none(),
+            "the stall was not taken"
+        );
+        // The kept high end may rise by a narrow bracket's width, never by the stall.
+        for h in [stalled, after] {
+            assert!(
+                h.saturating_sub(hi) < Duration::from_millis(5),
+                "a 50 ms stall inside a reading moved the high end by {:?}",
+                h - hi
+            );
+        }
     }
 
     #[test]

@@ -117,8 +117,17 @@ pub(crate) fn java() -> Result<PathBuf, HarnessError> {
 }
 
 /// A running JVM under the watchdog wrapper.
-/// Where Debian's `libfaketime` puts the library a JVM preloads to run its clocks at a rate.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+/// Where Debian's `libfaketime` puts the library a JVM preloads to run its clocks at a rate
+/// (per architecture), and where a build from source does.
+fn libfaketime() -> Option<PathBuf> {
+    let arch = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"));
+    arch.chain(["/usr/local/lib/faketime/libfaketime.so.1".into()])
+        .find(|p| p.exists())
+}
 
 /// How a JVM's process runs, beside its arguments.
 #[derive(Clone, Copy, Debug, Default)]
@@ -183,14 +192,14 @@ impl Jvm {
                     "a clock rate must be a positive number, not {rate}"
                 )));
             }
-            if !Path::new(LIBFAKETIME).exists() {
-                return Err(HarnessError::ZooKeeperMissing(format!(
-                    "a clock rate needs {LIBFAKETIME} (apt-get install libfaketime)"
-                )));
-            }
+            let Some(faketime) = libfaketime() else {
+                return Err(HarnessError::ZooKeeperMissing(
+                    "a clock rate needs libfaketime (apt-get install libfaketime)".into(),
+                ));
+            };
             // Every clock the JVM reads (monotonic ones too: `System.nanoTime`, which times
             // its sessions) and every timed wait runs at `rate` from the JVM's start on.
-            cmd.env("LD_PRELOAD", LIBFAKETIME)
+            cmd.env("LD_PRELOAD", faketime)
                 .env("FAKETIME", format!("+0 x{rate}"))
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "0");
         }

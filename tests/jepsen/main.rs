@@ -137,8 +137,8 @@ fn main() {
     let secure = args.iter().any(|a| a == "--secure")
         || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
     let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
-    // `--fast-clock R`: the member that wins elections when the logs tie (the highest id)
-    // runs its clocks R times as fast as the machine's, so it expires sessions early.
+    // `--fast-clock R`: the members' clocks run R times as fast as the machine's (clients'
+    // do not), so the leader expires sessions early, by `(R - 1) / R` of their timeout.
     let fast_clock: Option<f64> = args.iter().position(|a| a == "--fast-clock").map(|i| {
         let rate = args.get(i + 1).and_then(|v| v.parse().ok());
         rate.filter(|r: &f64| r.is_finite() && *r > 0.0)
@@ -201,7 +201,7 @@ struct Options {
     secure: bool,
     /// Check after every fault and stop at the first violation (planted bugs).
     stop_at_first: bool,
-    /// How fast the third member's clocks run, if not at the machine's rate.
+    /// How fast the members' clocks run, if not at the machine's rate.
     fast_clock: Option<f64>,
     kinds: Vec<&'static str>,
     /// The run is in namespaces of its own: the ensemble can be
@@ -327,10 +327,10 @@ fn run(o: &Options) {
         ..ServerOptions::default()
     };
     if let Some(rate) = o.fast_clock {
-        // ZooKeeper's election prefers the highest id when the logs tie: the fast member
-        // leads whenever it can.
-        options.clock_rates = vec![1.0, 1.0, rate];
-        println!("jepsen: member 3's clocks run at {rate} times the machine's");
+        // Every member, so that whoever leads expires sessions early (an election never takes
+        // leadership back from a sitting leader: one fast member would lead only at times).
+        options.clock_rates = vec![rate; 3];
+        println!("jepsen: the members' clocks run at {rate} times the machine's");
     }
     if let Some(pki) = &pki {
         options.tls = Some(pki.server(false));

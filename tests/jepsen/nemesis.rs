@@ -101,6 +101,8 @@ pub struct Nemesis<'a> {
     pub counts: Mutex<BTreeMap<&'static str, u32>>,
     /// `(worker, from, to)`: when the nemesis kept a worker's process stopped.
     pub pauses: Mutex<Vec<(usize, u64, u64)>>,
+    /// The workers stopped now: how many faults stopped each, and since when.
+    stopped: Mutex<BTreeMap<usize, (u32, u64)>>,
     /// Write-timed isolations, and downgrade pauses, that found no cue in time.
     pub missed_cues: Mutex<u32>,
     /// For each write-timed cut, nanoseconds from the write's answer to the cut.
@@ -122,6 +124,7 @@ impl<'a> Nemesis<'a> {
             firewalled,
             counts: Mutex::new(BTreeMap::new()),
             pauses: Mutex::new(Vec::new()),
+            stopped: Mutex::new(BTreeMap::new()),
             missed_cues: Mutex::new(0),
             cue_lag: Mutex::new(Vec::new()),
             restarts_again: Mutex::new(0),
@@ -310,12 +313,38 @@ impl<'a> Nemesis<'a> {
 
     /// Stops worker `w`'s process for `d` (`SIGSTOP`), and notes when.
     fn pause_worker(&self, w: usize, d: Duration) {
-        let pid = self.workers.workers[w].child.id();
-        let from = mono();
-        signal(pid, "-STOP");
+        self.stop_worker(w);
         thread::sleep(d);
-        signal(pid, "-CONT");
-        self.pauses.lock().push((w, from, mono()));
+        self.continue_worker(w);
+    }
+
+    /// Stops worker `w`'s process (`SIGSTOP`) unless a fault running beside this one already
+    /// has: stops count, so that the shorter of two overlapping pauses does not end the longer.
+    fn stop_worker(&self, w: usize) {
+        let mut stopped = self.stopped.lock();
+        let (count, _) = stopped.entry(w).or_insert((0, 0));
+        if *count == 0 {
+            signal(self.workers.workers[w].child.id(), "-STOP");
+            stopped.insert(w, (1, mono()));
+        } else {
+            *count += 1;
+        }
+    }
+
+    /// Ends one stop of worker `w`; the last lets the process run on (`SIGCONT`) and notes
+    /// when it was stopped, for the checker.
+    fn continue_worker(&self, w: usize) {
+        let mut stopped = self.stopped.lock();
+        let Some((count, since)) = stopped.get_mut(&w) else {
+            return;
+        };
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            let since = *since;
+            stopped.remove(&w);
+            signal(self.workers.workers[w].child.id(), "-CONT");
+            self.pauses.lock().push((w, since, mono()));
+        }
     }
 
     /// The leader now, or a follower.
@@ -383,14 +412,11 @@ impl<'a> Nemesis<'a> {
             *self.missed_cues.lock() += 1;
             return false;
         };
-        let worker = &self.workers.workers[w];
-        let (pid, from) = (worker.child.id(), mono());
-        signal(pid, "-STOP");
+        self.stop_worker(w);
         // The go it waits for, read once it runs again.
-        crate::answer(&worker.stdin, true);
+        crate::answer(&self.workers.workers[w].stdin, true);
         thread::sleep(SESSION + ms(rng, 200, 1500));
-        signal(pid, "-CONT");
-        self.pauses.lock().push((w, from, mono()));
+        self.continue_worker(w);
         true
     }
 
