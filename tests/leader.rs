@@ -18,6 +18,19 @@ fn client() -> Client {
     connect(&server().connect_string(), Duration::from_secs(10))
 }
 
+/// Starts `latch` with a listener, waits until it leads, and hands back the events after
+/// `Gained`, each with when it came.
+fn leading(latch: &LeaderLatch) -> mpsc::Receiver<(LeadershipEvent, std::time::Instant)> {
+    let (tx, rx) = mpsc::channel();
+    latch.add_listener(move |e| {
+        let _ = tx.send((e, std::time::Instant::now()));
+    });
+    latch.start().unwrap();
+    assert!(latch.await_leadership(SOON).unwrap());
+    assert_eq!(rx.recv().unwrap().0, LeadershipEvent::Gained);
+    rx
+}
+
 /// A leadership event and the session it happened under.
 type EventIn = (LeadershipEvent, Option<SessionId>);
 
@@ -268,13 +281,7 @@ fn a_session_latch_hears_lost_by_its_lease_bound_on_a_silent_connection() {
     let other = connect(&f.server.connect_string(), session);
     let latch =
         LeaderLatch::with_policy(&held, "/silent-session", "a", LeadershipPolicy::Session).unwrap();
-    let (tx, rx) = mpsc::channel();
-    latch.add_listener(move |e| {
-        let _ = tx.send((e, std::time::Instant::now()));
-    });
-    latch.start().unwrap();
-    assert!(latch.await_leadership(SOON).unwrap());
-    assert_eq!(rx.recv().unwrap().0, LeadershipEvent::Gained);
+    let rx = leading(&latch);
     let second = LeaderLatch::new(&other, "/silent-session", "b").unwrap();
     second.start().unwrap();
 
@@ -374,13 +381,7 @@ fn a_latch_on_a_slow_link_hears_lost_at_its_bound_and_leads_again_when_answers_c
     let f = faulty();
     let held = connect(&f.proxy.connect_string(), Duration::from_secs(3));
     let latch = LeaderLatch::new(&held, &root("slow-link"), "a").unwrap();
-    let (tx, rx) = mpsc::channel();
-    latch.add_listener(move |e| {
-        let _ = tx.send((e, std::time::Instant::now()));
-    });
-    latch.start().unwrap();
-    assert!(latch.await_leadership(SOON).unwrap());
-    assert_eq!(rx.recv().unwrap().0, LeadershipEvent::Gained);
+    let rx = leading(&latch);
     let sub = held.subscribe();
 
     // Four ticks each way: the link stays up (the connection hears something every round

@@ -592,3 +592,67 @@ fn a_downgraded_hold_keeps_its_write_token_below_the_next_writer_s() {
     assert!(next > write_token, "{next} after {write_token}");
     waiting.join().unwrap();
 }
+
+/// A reader behind two writers watches the nearer one, whose going does not free the lock:
+/// the farther writer still holds. When the nearer one goes (its client closed), the reader
+/// looks at the line again and watches the holder; it does not take the lock on the event.
+#[test]
+fn a_reader_behind_two_writers_does_not_go_when_the_nearer_one_leaves() {
+    let path = root("rw-reader-behind-two-writers");
+    let (c1, c2, c3) = (client(), client(), client());
+    let held = InterProcessReadWriteLock::new(&c1, &path).unwrap();
+    let first = held.write_lock().acquire().unwrap();
+    let second = {
+        let rw = InterProcessReadWriteLock::new(&c2, &path).unwrap();
+        thread::spawn(move || drop(rw.write_lock().acquire()))
+    };
+    let queued = |n: usize| {
+        wait_for(SOON, || {
+            let line = children(&c1, &path);
+            (line.len() == n).then_some(line)
+        })
+        .expect("the line never grew")
+    };
+    queued(2);
+    let (tx, rx) = mpsc::channel();
+    let reader = {
+        let rw = InterProcessReadWriteLock::new(&c3, &path).unwrap();
+        thread::spawn(move || {
+            let guard = rw.read_lock().acquire().unwrap();
+            tx.send(()).unwrap();
+            drop(guard);
+        })
+    };
+    let line = queued(3);
+    let by_seq = |name: &String| name[name.len() - 10..].to_owned();
+    let mut line_by_seq = line;
+    line_by_seq.sort_by_key(by_seq);
+    let (holder, nearer) = (
+        format!("{path}/{}", line_by_seq[0]),
+        format!("{path}/{}", line_by_seq[1]),
+    );
+    let reader_session = format!("0x{:x}", c3.session_id().unwrap().0);
+    let watching = |target: &str| watchers_of(target).contains(&reader_session);
+    assert!(
+        wait_for(SOON, || watching(&nearer).then_some(())).is_some(),
+        "the reader never watched the nearer writer"
+    );
+
+    c2.close();
+    second.join().unwrap();
+    let looked = wait_for(SOON, || {
+        (watching(&holder) || rx.try_recv().is_ok()).then_some(watching(&holder))
+    });
+    assert_eq!(
+        looked,
+        Some(true),
+        "the reader took the lock while the first writer held it"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "a read while the first writer holds"
+    );
+    drop(first);
+    rx.recv_timeout(SOON).expect("the reader never read");
+    reader.join().unwrap();
+}

@@ -122,10 +122,11 @@ impl LeaderLatch {
 
     /// Calls `listener` (on the latch's own thread) whenever leadership is gained or lost.
     /// `Lost` comes when the lease's bound runs out even if nothing else happens (a silent or
-    /// slow connection), within half a tick ([`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time))
-    /// when a suspend of the machine brought the bound closer; a listener that takes long delays
-    /// the next event. [`has_leadership`](Self::has_leadership) needs no event: it checks the
-    /// bound itself.
+    /// slow connection); a listener that takes long delays the next event. After a suspend of
+    /// the machine the latch thread's timer (on `Instant`, which does not count the suspend)
+    /// fires late by the suspend's length, so `Lost` may come late or, if heartbeats win the
+    /// bound back first, not at all; [`has_leadership`](Self::has_leadership) needs no event:
+    /// it checks the bound itself, and is right at once.
     pub fn add_listener(&self, listener: impl Fn(LeadershipEvent) + Send + Sync + 'static) {
         self.inner.listeners.lock().push(Arc::new(listener));
     }
@@ -396,12 +397,8 @@ impl Inner {
                 // connection is declared lost only later, and another may lead by then).
                 // First but not leading on our live session (its bound ran out while the
                 // connection lives on): look again a little later, as no event will come.
-                // While leading, also wake every half tick: a suspend of the machine brings the
-                // bound closer without an event, and the timer runs on `Instant`, which did not
-                // count the suspend (listeners hear `Lost` half a tick after the resume at
-                // most, not when the heartbeats have already won the bound back).
                 let deadline = match self.lease_bound() {
-                    Some(d) => Some(d.min(Instant::now() + client.tick_time() / 2)),
+                    Some(d) => Some(d),
                     None if lapsed => Some(Instant::now() + client.session_timeout() / 20),
                     None => None,
                 };

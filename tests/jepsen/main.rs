@@ -84,8 +84,8 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 /// How soon every lock must be held again once the faults pause.
 const SETTLE: Duration = Duration::from_secs(30);
 /// Default length of the fault phase (CI): long enough for the first round, which draws every
-/// kind once (about 80 s with all 22).
-const CI_SECONDS: u64 = 100;
+/// kind once (about 80 s with all 23 when each finds its cue soon).
+const CI_SECONDS: u64 = 110;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, comparable across the machine's processes.
 fn mono() -> u64 {

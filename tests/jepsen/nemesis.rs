@@ -405,10 +405,15 @@ impl<'a> Nemesis<'a> {
         false
     }
 
-    /// Waits (up to 5 s) for a writer about to downgrade, stops its process before it goes
-    /// on, and keeps it stopped past its session.
+    /// Waits (up to 15 s: a writer downgrades about every 10 s under the faults) for a writer
+    /// about to downgrade, stops its process before it goes on, and keeps it stopped past its
+    /// session.
     fn downgrade_pause(&self, rng: &mut fastrand::Rng) -> bool {
-        let Ok(w) = self.workers.downgrades.recv_timeout(Duration::from_secs(5)) else {
+        let Ok(w) = self
+            .workers
+            .downgrades
+            .recv_timeout(Duration::from_secs(15))
+        else {
             *self.missed_cues.lock() += 1;
             return false;
         };
