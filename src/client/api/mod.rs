@@ -227,12 +227,6 @@ impl Client {
         self.core.session_timeout()
     }
 
-    /// The ensemble's `tickTime` as this client was told it
-    /// ([`ClientBuilder::tick_time`](crate::ClientBuilder::tick_time)).
-    pub fn tick_time(&self) -> Duration {
-        self.core.tick_time()
-    }
-
     /// The instant before which the leader cannot have expired the current session: the send
     /// time of the latest touch of the session that the leader has certainly applied, plus the
     /// negotiated timeout. A touch counts once a write answered through the leader was sent at

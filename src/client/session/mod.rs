@@ -431,11 +431,6 @@ impl Core {
         self.status.lock().session.as_ref().map(|s| s.id)
     }
 
-    /// The ensemble's tick, as the client was told it.
-    pub fn tick_time(&self) -> Duration {
-        self.config.tick_time
-    }
-
     /// The granted timeout of the current session, else the requested one.
     pub fn session_timeout(&self) -> Duration {
         self.status
