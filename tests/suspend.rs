@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use parking_lot::Mutex;
 use zk_recipes::leader::LeaderLatch;
+use zk_recipes::lock::InterProcessReadWriteLock;
 use zk_recipes::testing::suspend_lease_clock;
 use zk_recipes::InterProcessMutex;
 
@@ -98,4 +99,25 @@ fn a_latch_whose_bound_ran_out_in_a_suspend_does_not_lead() {
         "a latch leads past its lease bound"
     );
     latch.close();
+}
+
+/// A downgrade looks at the write hold's bound once more after its look at the write node
+/// was answered: the bound may run out while that look is on the wire (here a suspend lands
+/// right then). No read hold comes of a write hold whose bound ran out.
+#[test]
+fn a_downgrade_whose_bound_runs_out_during_its_look_at_the_write_node_gives_no_read() {
+    let _one_at_a_time = SEAM.lock();
+    let client = connect(&server().connect_string(), Duration::from_secs(4));
+    let past_the_bound = client.session_timeout() + Duration::from_secs(1);
+    let options = zk_recipes::LockOptions::new()
+        .testing_after_look(move |_| suspend_lease_clock(past_the_bound));
+    let rw = InterProcessReadWriteLock::with_options(&client, &root("downgrade-look"), options)
+        .expect("lock");
+    let write = rw.write_lock().acquire().expect("write");
+    write.check().expect("valid before the downgrade");
+    let read = write.downgrade();
+    assert!(
+        read.is_err(),
+        "a read hold on a write hold whose bound ran out during the downgrade"
+    );
 }

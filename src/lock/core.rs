@@ -415,7 +415,10 @@ impl LockCore {
                 session_id: on.session_id(),
             });
         }
-        match self.still_holds(on, deadline) {
+        let looked = self.still_holds(on, deadline);
+        #[cfg(feature = "testing")]
+        self.options.hooks.after_look(&node.path);
+        match looked {
             // A suspension meanwhile may have cost the write hold (`lost_on_suspend`), and the
             // read's own token with it: no read is built on a hold already lost.
             Ok(true) if token.is_lost() || on.check_quietly().is_err() => {

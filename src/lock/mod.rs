@@ -152,6 +152,15 @@ impl LockOptions {
         self.hooks.after_watch_set = Some(Arc::new(f));
         self
     }
+
+    /// Test hook: runs when a downgrade's look at the write node has been answered, before its
+    /// last look at the write hold's bound, with the read node's path.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_after_look(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.hooks.after_look = Some(Arc::new(f));
+        self
+    }
 }
 
 #[cfg(feature = "testing")]
@@ -162,6 +171,7 @@ type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 struct TestHooks {
     before_create: Option<Hook>,
     after_watch_set: Option<Hook>,
+    after_look: Option<Hook>,
 }
 
 #[cfg(feature = "testing")]
@@ -174,6 +184,11 @@ impl TestHooks {
     }
     fn after_watch_set(&self, path: &str) {
         if let Some(h) = &self.after_watch_set {
+            h(path)
+        }
+    }
+    fn after_look(&self, path: &str) {
+        if let Some(h) = &self.after_look {
             h(path)
         }
     }
