@@ -11,7 +11,8 @@
 #   clock  client/clock.rs: the unit tests and tests/suspend.rs (the seam moves BOOTTIME)
 #   lease  lock/lease.rs: the suites that hold leases (mutex, while_held, mutex_faults,
 #          rwlock for the downgrade's token, metrics for the check-failure count)
-#   rules  lock/core.rs's grant and wait rules: the lock suites (mutex, rwlock, threads)
+#   rules  lock/core.rs's grant and wait rules: the lock suites (mutex, rwlock, threads,
+#          mutex_faults for waits that meet faults, suspend for a downgrade's last look)
 #   latch  leader/latch.rs's leadership check: tests/leader.rs and tests/suspend.rs
 #
 # Needs `cargo install cargo-mutants` (not in CI: a whole run takes hours on 2 cores). Each
@@ -37,7 +38,7 @@ for set in "${sets[@]}"; do
     rules)
       args=(--file src/lock/core.rs
             -F 'Rule|decide|watches_line|grant|wait_for_turn|LockCore::wait\b|while_waiting|keep_listening|watching')
-      oracle=(--test mutex --test rwlock --test threads) ;;
+      oracle=(--test mutex --test rwlock --test threads --test mutex_faults --test suspend) ;;
     latch)
       args=(--file src/leader/latch.rs
             -F 'leads|lapse|lease_bound|claim|set_leading|has_leadership|LeaderLatch::lease')
