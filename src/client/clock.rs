@@ -81,8 +81,12 @@ fn bracket() -> (Duration, Duration) {
     let before = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     let monotonic = to(clock_gettime(ClockId::Monotonic));
     #[cfg(test)]
-    if let Some(stall) = STALL_INSIDE_NEXT_BRACKET.lock().take() {
-        std::thread::sleep(stall);
+    {
+        // Taken first: the seam's lock is not held through the stall.
+        let stall = STALL_INSIDE_NEXT_BRACKET.lock().take();
+        if let Some(stall) = stall {
+            std::thread::sleep(stall);
+        }
     }
     let after = to(clock_gettime(ClockId::Boottime)) + suspended_by_tests();
     (

@@ -116,7 +116,6 @@ pub(crate) fn java() -> Result<PathBuf, HarnessError> {
         })
 }
 
-/// A running JVM under the watchdog wrapper.
 /// Where Debian's `libfaketime` puts the library a JVM preloads to run its clocks at a rate
 /// (per architecture), and where a build from source does.
 fn libfaketime() -> Option<PathBuf> {
@@ -138,6 +137,7 @@ pub(crate) struct Process {
     pub clock_rate: Option<f64>,
 }
 
+/// A running JVM under the watchdog wrapper.
 pub(crate) struct Jvm {
     wrapper: Child,
     stdin: Option<ChildStdin>,
