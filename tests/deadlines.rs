@@ -579,3 +579,59 @@ fn a_timed_call_that_reads_a_lock_waiters_notification_behind_a_stuck_write_retu
         waiter.join().unwrap().unwrap();
     });
 }
+
+/// `close()` of a selector that waits its turn behind another's leadership returns within
+/// `leader::CLOSE_WAIT` (plus `EPSILON`) with the server answering: the wait hears the close
+/// at once, whoever is reading the connection meanwhile, and the selector never leads. The
+/// close runs on a thread of its own, so a wait that missed it fails this test rather than
+/// hanging it.
+#[test]
+fn closing_a_selector_that_waits_its_turn_returns_within_its_bound() {
+    use zk_recipes::leader::LeaderSelector;
+    let path = root("deadline-close-waiting-selector");
+    let (first, second) = (
+        connect(&server().connect_string(), Duration::from_secs(10)),
+        connect(&server().connect_string(), Duration::from_secs(10)),
+    );
+    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
+    let leading = LeaderSelector::new(&first, &path, "a", move |ctx| {
+        let _ = led_tx.send(());
+        crossbeam_channel::select! {
+            recv(ctx.lost()) -> _ => {}
+            recv(ctx.interrupted()) -> _ => {}
+        }
+    })
+    .unwrap();
+    leading.start().unwrap();
+    led_rx.recv_timeout(SOON).expect("the first selector leads");
+    let (second_led_tx, second_led_rx) = crossbeam_channel::bounded(1);
+    let waiting = LeaderSelector::new(&second, &path, "b", move |_| {
+        let _ = second_led_tx.send(());
+    })
+    .unwrap();
+    waiting.start().unwrap();
+    wait_for(SOON, || {
+        (first.children(&path).ok()?.len() == 2).then_some(())
+    })
+    .expect("the second selector never queued");
+    // Once in line, it watches the leader's node and waits.
+    let (closed_tx, closed_rx) = crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        waiting.close();
+        let _ = closed_tx.send(started.elapsed());
+    });
+    let took = closed_rx
+        .recv_timeout(zk_recipes::leader::CLOSE_WAIT + EPSILON)
+        .expect("close() of a waiting selector did not return within its bound");
+    assert!(
+        took <= zk_recipes::leader::CLOSE_WAIT + EPSILON,
+        "close() returned after {took:?}"
+    );
+    assert!(second_led_rx.try_recv().is_err(), "the closed selector led");
+    wait_for(SOON, || {
+        (first.children(&path).ok()?.len() == 1).then_some(())
+    })
+    .expect("the closed selector's node stayed");
+    leading.close();
+}

@@ -12,7 +12,8 @@
 #   lease  lock/lease.rs: the suites that hold leases (mutex, while_held, mutex_faults,
 #          rwlock for the downgrade's token, metrics for the check-failure count)
 #   rules  lock/core.rs's grant and wait rules: the lock suites (mutex, rwlock, threads,
-#          mutex_faults for waits that meet faults, suspend for a downgrade's last look)
+#          mutex_faults for waits that meet faults, suspend for a downgrade's last look,
+#          security for a waiter refused a look ahead, deadlines for a selector's close)
 #   latch  leader/latch.rs's leadership check: tests/leader.rs and tests/suspend.rs
 #
 # Needs `cargo install cargo-mutants` (not in CI: a whole run takes hours on 2 cores). Each
@@ -38,7 +39,8 @@ for set in "${sets[@]}"; do
     rules)
       args=(--file src/lock/core.rs
             -F 'Rule|decide|watches_line|grant|wait_for_turn|LockCore::wait\b|while_waiting|keep_listening|watching')
-      oracle=(--test mutex --test rwlock --test threads --test mutex_faults --test suspend) ;;
+      oracle=(--test mutex --test rwlock --test threads --test mutex_faults --test suspend
+              --test security --test deadlines) ;;
     latch)
       args=(--file src/leader/latch.rs
             -F 'leads|lapse|lease_bound|claim|set_leading|has_leadership|LeaderLatch::lease')

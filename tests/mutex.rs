@@ -512,6 +512,48 @@ fn the_listing_after_the_predecessor_goes_is_sent_before_the_waiter_wakes(
     assert_eq!(waiter.metrics().requests - before, requests);
 }
 
+/// A waiter that watched one node, then (that one gone) the next ahead, and gives up at its
+/// deadline, takes back its watch on each: the client is left holding no watcher of it.
+#[test]
+fn a_waiter_that_watched_two_nodes_in_turn_and_gives_up_leaves_no_watcher_behind() {
+    let (first, second, third) = (client(), client(), client());
+    let path = root("mutex-two-watches");
+    let holding = InterProcessMutex::new(&first, &path).unwrap();
+    let held = holding.acquire().unwrap();
+    let queued = InterProcessMutex::new(&second, &path).unwrap();
+    let second_in_line = thread::spawn(move || queued.acquire().map(drop));
+    wait_for(SOON, || (children(&first, &path).len() == 2).then_some(()))
+        .expect("the second never queued");
+    let (watched_tx, watched_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (watched_tx, go_rx) = (
+        std::sync::Mutex::new(watched_tx),
+        std::sync::Mutex::new(go_rx),
+    );
+    let options = LockOptions::new().testing_after_watch_set(move |watched| {
+        // The waiter's thread stops here after each watch it sets, until told to go on.
+        watched_tx.lock().unwrap().send(watched.to_owned()).unwrap();
+        let _ = go_rx.lock().unwrap().recv();
+    });
+    let mutex = InterProcessMutex::with_options(&third, &path, options).unwrap();
+    let third_in_line = thread::spawn(move || {
+        mutex
+            .try_acquire_for(Duration::from_secs(5))
+            .map(|g| g.is_some())
+    });
+    let on_second = watched_rx.recv_timeout(SOON).expect("no first watch");
+    // The second leaves the line (its session closes) while the third watches it.
+    second.close();
+    assert!(second_in_line.join().unwrap().is_err());
+    go_tx.send(()).unwrap();
+    let on_first = watched_rx.recv_timeout(SOON).expect("no second watch");
+    assert_ne!(on_second, on_first, "the third watched one node only");
+    go_tx.send(()).unwrap();
+    assert!(!third_in_line.join().unwrap().unwrap());
+    assert_eq!(third.testing_watch_count(), 0, "watchers left behind");
+    drop(held);
+}
+
 #[test]
 fn a_waiter_that_times_out_two_hundred_times_leaves_no_watcher_behind() {
     let holder_client = client();

@@ -570,3 +570,103 @@ fn a_hold_stays_valid_while_the_client_reads_without_pause() {
     });
     assert!(lapsed.is_none(), "the hold lapsed: {lapsed:?}");
 }
+
+/// A waiter whose look at the line breaks on a lost connection while its session lives on is
+/// told `ConnectionLoss`, not `SessionLost`: nothing of the session was lost, and a caller
+/// that took `SessionLost` at its word would give up holds that are still good. Its client
+/// retries nothing, and the connection stays down past the connection timeout, so the look's
+/// `ConnectionLoss` reaches the waiter (classified by `while_waiting`).
+#[test]
+fn a_waiter_whose_look_at_the_line_breaks_while_its_session_lives_is_told_connection_loss() {
+    let proxy = Arc::new(zk_recipes::testing::FaultProxy::start(server().addr()).unwrap());
+    let holder = connect(&server().connect_string(), Duration::from_secs(10));
+    let waiter = builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connection_timeout(Duration::from_secs(1))
+        .retry_policy(zk_recipes::RetryPolicy::never())
+        .connect()
+        .unwrap();
+    let session = waiter.session_id().unwrap();
+    let path = root("waiter-connection-loss");
+    let holding = InterProcessMutex::new(&holder, &path).unwrap();
+    let held = holding.acquire().unwrap();
+    let (watching_tx, watching_rx) = mpsc::channel();
+    let watching_tx = std::sync::Mutex::new(watching_tx);
+    // Without the fast handoff, the holder's deletion makes the waiter list the line again.
+    let options = LockOptions::new()
+        .fast_handoff(false)
+        .testing_after_watch_set(move |_| {
+            let _ = watching_tx.lock().unwrap().send(());
+        });
+    let mutex = InterProcessMutex::with_options(&waiter, &path, options).unwrap();
+    let waiting = thread::spawn(move || mutex.acquire().map(drop));
+    watching_rx
+        .recv_timeout(SOON)
+        .expect("the waiter never watched the holder");
+    // The holder goes; the listing the waiter's client sends on the news is held on its way,
+    // then the connection breaks under it and no new one is let in for a while.
+    proxy.hold_requests();
+    drop(held);
+    wait_for(SOON, || (proxy.held_requests() > 0).then_some(()))
+        .expect("no listing went out on the holder's deletion");
+    proxy.refuse();
+    let told = waiting.join().unwrap();
+    assert!(
+        matches!(told, Err(Error::ConnectionLoss)),
+        "a waiter whose session lives was told {told:?}"
+    );
+    proxy.heal();
+    wait_for(SOON, || waiter.is_connected().then_some(())).expect("never reconnected");
+    assert_eq!(waiter.session_id(), Some(session), "the session was lost");
+    assert_eq!(waiter.metrics().session_losses, 0);
+    wait_for(SOON, || children(&holder, &path).is_empty().then_some(()))
+        .expect("the waiter's node stayed");
+}
+
+/// A waiter whose connection broke and came back (same session) before it began to wait
+/// looks at the line again once it waits, rather than trusting the watch the client restored:
+/// it sets its watch a second time while the holder still holds.
+#[test]
+fn a_waiter_whose_connection_came_back_before_it_waited_looks_at_the_line_again() {
+    let proxy = Arc::new(zk_recipes::testing::FaultProxy::start(server().addr()).unwrap());
+    let holder = connect(&server().connect_string(), Duration::from_secs(10));
+    let waiter = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let path = root("waiter-recheck");
+    let holding = InterProcessMutex::new(&holder, &path).unwrap();
+    let held = holding.acquire().unwrap();
+    let (watching_tx, watching_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (watching_tx, go_rx) = (
+        std::sync::Mutex::new(watching_tx),
+        std::sync::Mutex::new(go_rx),
+    );
+    let sets = Arc::new(AtomicUsize::new(0));
+    let options = {
+        let sets = sets.clone();
+        LockOptions::new().testing_after_watch_set(move |_| {
+            let _ = watching_tx.lock().unwrap().send(());
+            // The first time, the waiter's thread stops here, before it waits.
+            if sets.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = go_rx.lock().unwrap().recv();
+            }
+        })
+    };
+    let mutex = InterProcessMutex::with_options(&waiter, &path, options).unwrap();
+    let waiting = thread::spawn(move || mutex.acquire().map(drop));
+    watching_rx
+        .recv_timeout(SOON)
+        .expect("the waiter never watched the holder");
+    // The connection breaks and comes back on the same session while the waiter is stopped:
+    // both changes wait in its subscription when it begins to wait.
+    let states = waiter.subscribe();
+    proxy.cut();
+    next_state(&states, ConnectionState::Suspended);
+    next_state(&states, ConnectionState::Reconnected);
+    go_tx.send(()).unwrap();
+    watching_rx
+        .recv_timeout(SOON)
+        .expect("the waiter did not look at the line again after its connection came back");
+    drop(held);
+    waiting.join().unwrap().unwrap();
+    assert_eq!(sets.load(Ordering::SeqCst), 2);
+}

@@ -77,6 +77,33 @@ fn without_the_credentials_a_client_cannot_delete_revoke_or_queue() {
     assert!(theirs.try_acquire().unwrap().is_some());
 }
 
+/// A waiter that may queue but not read the node ahead of it (its holder's ACL is the
+/// holder's alone) is told `NoAuth` at once, not left listing and retrying until its deadline;
+/// its node goes, and the holder keeps the lock.
+#[test]
+fn a_waiter_that_may_not_read_the_node_ahead_of_it_is_told_no_auth() {
+    let path = root("unreadable-holder");
+    let waiter = client_as(&server().connect_string(), None, Duration::from_secs(10));
+    // The line itself is open to all.
+    waiter.ensure_path(&path).unwrap();
+    let owner = client_as(
+        &server().connect_string(),
+        Some("alice:secret"),
+        Duration::from_secs(10),
+    );
+    let private = zk_recipes::lock::LockOptions::new().acl(zk_recipes::acl::creator_all());
+    let holding = InterProcessMutex::with_options(&owner, &path, private).unwrap();
+    let guard = holding.acquire().unwrap();
+    no_auth(waiter.data(guard.node_path()));
+    let mutex = InterProcessMutex::new(&waiter, &path).unwrap();
+    no_auth(mutex.try_acquire_for(Duration::from_secs(5)));
+    wait_for(SOON, || {
+        (waiter.children(&path).ok()?.len() == 1).then_some(())
+    })
+    .expect("the refused waiter's node stayed");
+    assert!(guard.is_held());
+}
+
 #[test]
 fn credentials_survive_reconnects_and_new_sessions_after_lost() {
     let f = faulty();
