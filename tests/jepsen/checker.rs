@@ -35,7 +35,19 @@ pub struct Recorded {
     pub refused_after: usize,
     /// Lines that do not parse, but for a last one cut short.
     pub malformed: usize,
+    /// Spells the worker stopped its own waiter's thread (`S <from> <to>`): pauses, as far as
+    /// a deadline is concerned.
+    pub paused: Vec<(u64, u64)>,
+    /// Turns that came to a paused waiter (`P`): its predecessor gone, its node first in line.
+    pub turns: usize,
+    /// Of those, turns not taken: the acquire returned without the lock and without an error,
+    /// with at least `TURN_SLACK` of its patience left when the turn came (`(turn, due)`).
+    pub missed_turns: Vec<(u64, u64)>,
 }
+
+/// How much of its patience a waiter whose turn came must still have for the checker to
+/// expect it to take the lock: a woken waiter takes it without a round trip.
+pub const TURN_SLACK: Duration = Duration::from_secs(1);
 
 pub fn read(path: &Path) -> Recorded {
     parse(&std::fs::read_to_string(path).unwrap_or_default())
@@ -50,6 +62,11 @@ pub fn parse(text: &str) -> Recorded {
     // The current hold: when its acquire returned, and whether a piece of it is recorded.
     let mut acquired: Option<u64> = None;
     let mut open = false;
+    // A turn that came (`P`) in the acquire under way, and once that acquire returned without
+    // an error (`T`), the turn and the acquire's due time, until the next line says whether
+    // it took the lock (`A`).
+    let mut turn: Option<u64> = None;
+    let mut awaiting: Option<(u64, u64)> = None;
     let complete = if text.ends_with('\n') {
         text.lines().count()
     } else {
@@ -57,7 +74,26 @@ pub fn parse(text: &str) -> Recorded {
     };
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split(' ').collect();
+        if let Some((at, due)) = awaiting.take() {
+            if f.first() != Some(&"A") && due >= at + TURN_SLACK.as_nanos() as u64 {
+                out.missed_turns.push((at, due));
+            }
+        }
         match f.as_slice() {
+            ["P", at] => match at.parse() {
+                Ok(at) => {
+                    out.turns += 1;
+                    turn = Some(at);
+                }
+                Err(_) if n < complete => out.malformed += 1,
+                Err(_) => {}
+            },
+            ["F", _] => turn = None,
+            ["S", from, to] => match (from.parse(), to.parse()) {
+                (Ok(from), Ok(to)) => out.paused.push((from, to)),
+                _ if n < complete => out.malformed += 1,
+                _ => {}
+            },
             ["A", a, ..] => {
                 acquired = a.parse().ok();
                 open = false;
@@ -92,8 +128,11 @@ pub fn parse(text: &str) -> Recorded {
                 }
             }
             ["T", a, r, p] => {
-                if let (Ok(a), Ok(r), Ok(p)) = (a.parse(), r.parse(), p.parse()) {
+                if let (Ok(a), Ok(r), Ok(p)) = (a.parse::<u64>(), r.parse(), p.parse::<u64>()) {
                     out.timed.push((a, r, p));
+                    if let Some(at) = turn.take() {
+                        awaiting = Some((at, a + p));
+                    }
                 } else if n < complete {
                     out.malformed += 1;
                 }
@@ -136,6 +175,10 @@ pub struct Report {
     /// Writes the gates took out of the holds' order (a zombie admitted after a newer holder
     /// wrote, or a newer holder refused for an older one's token).
     pub fenced: Vec<String>,
+    /// Turns that came to a waiter and were not taken (a lost wake-up).
+    pub missed_turns: Vec<String>,
+    /// Turns that came to a paused waiter.
+    pub turns: usize,
     /// Records lost or unreadable.
     pub lost: Vec<String>,
     pub worst_overrun: Duration,
@@ -160,6 +203,7 @@ impl Report {
             .chain(&self.stale)
             .chain(&self.late)
             .chain(&self.fenced)
+            .chain(&self.missed_turns)
             .chain(&self.lost)
     }
 }
@@ -188,6 +232,15 @@ pub fn check(
         report.timed += rec.timed.len();
         report.refused_before += rec.refused_before;
         report.refused_after += rec.refused_after;
+        report.turns += rec.turns;
+        for (at, due) in &rec.missed_turns {
+            report.missed_turns.push(format!(
+                "{}: worker {i}'s turn came at {at} (its predecessor gone, its node first in \
+                 line), {:?} before its acquire's due, and it did not take the lock",
+                w.recipe,
+                Duration::from_nanos(due - at),
+            ));
+        }
         if rec.malformed > 0 {
             report.lost.push(format!(
                 "{}: worker {i} wrote {} records that do not parse",
@@ -202,6 +255,7 @@ pub fn check(
             .iter()
             .filter(|p| p.0 == i)
             .map(|&(_, from, to)| (from, to))
+            .chain(rec.paused.iter().copied())
             .collect();
         own_pauses.sort_unstable();
         for (asked, returned, patience) in rec.timed {
@@ -372,6 +426,28 @@ pub fn self_test() {
     assert!(!r.holds[0].exclusive);
     assert_eq!(parse("A 1\nH 2 3 7\nH 4 x 7\n").malformed, 1);
     assert_eq!(parse("X 5 N\nX 6 E\n").refused_before, 1);
+    // A turn that came with 2 s of patience left and was not taken; one taken; one whose
+    // acquire failed; one with less than the slack left; one whose answer is not written yet.
+    let s = 1_000_000_000u64;
+    let missed = |text: String| parse(&text).missed_turns.len();
+    assert_eq!(
+        missed(format!("P {s}\nT 0 {} {}\nT 1 2 3\n", 3 * s, 3 * s)),
+        1
+    );
+    assert_eq!(
+        missed(format!("P {s}\nT 0 {} {}\nP {s}\n", 3 * s, 3 * s)),
+        1
+    );
+    assert_eq!(missed(format!("P {s}\nT 0 {s} {}\nA {s}\n", 3 * s)), 0);
+    assert_eq!(
+        missed(format!("P {s}\nF {s}\nT 0 {s} {}\nT 1 2 3\n", 3 * s)),
+        0
+    );
+    assert_eq!(
+        missed(format!("P {s}\nT 0 {s} {}\nT 1 2 3\n", s + s / 2)),
+        0
+    );
+    assert_eq!(missed(format!("P {s}\nT 0 {s} {}\n", 3 * s)), 0);
     // Overlaps: two exclusive holds; a read within a write; reads share; a two-lease
     // semaphore holds two but not three.
     let overlaps = |recipe: &'static str, holds: &[Hold]| {

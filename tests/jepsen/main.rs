@@ -527,6 +527,7 @@ fn run(o: &Options) {
          done again), {checkpoints} \
          progress checkpoints (slowest recovery {slowest_recovery:?}), overlaps {}, \
          stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
+         turns missed {} of {} that came to paused waiters, \
          held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
@@ -544,6 +545,8 @@ fn run(o: &Options) {
         report.fenced.len(),
         report.late.len(),
         report.worst_overrun,
+        report.missed_turns.len(),
+        report.turns,
     );
     for line in report
         .violations()
@@ -570,6 +573,10 @@ fn run(o: &Options) {
     assert!(
         report.late.is_empty(),
         "a timed acquire missed its deadline; {replay}"
+    );
+    assert!(
+        report.missed_turns.is_empty(),
+        "a waiter whose turn came did not take the lock (a lost wake-up); {replay}"
     );
     assert!(report.lost.is_empty(), "records were lost; {replay}");
     assert!(

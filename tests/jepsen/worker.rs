@@ -15,6 +15,14 @@
 //!   for the answer, as a write to a real resource does.
 //!
 //! A record that cannot be written ends the process with status 3, which fails the run.
+//!
+//! The mutex and write-lock workers also pause themselves, one watch in four, right after a
+//! waiter's watch on the node ahead is set and before it waits, until that node is gone: a
+//! thread preempted at that instant while its predecessor leaves (the seed article's race).
+//! The stop is written down (`S <from> <to>`) and counts as a pause of the process. If the
+//! waiter is then first in line, its turn has come: it writes `P <when>`, and the checker
+//! expects it to hold the lock next (an `A`), unless its acquire failed (`F`) or had less than
+//! a second left.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
@@ -25,7 +33,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use zk_recipes::lock::{Lease, RunError, WhileHeld};
+use zk_recipes::lock::{Lease, LockOptions, RunError, WhileHeld};
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
     InterProcessSemaphoreV2, LeaderLatch, LeaderSelector,
@@ -165,7 +173,8 @@ pub fn worker() -> ! {
     };
     match recipe.as_str() {
         "mutex" => {
-            let m = InterProcessMutex::new(&client, &path).expect("recipe");
+            let m = InterProcessMutex::with_options(&client, &path, turn_pauses(&ctx, seed))
+                .expect("recipe");
             contend(&ctx, &mut rng, |d| m.try_acquire_for(d));
         }
         "semaphore-mutex" => {
@@ -182,7 +191,9 @@ pub fn worker() -> ! {
             contend(&ctx, &mut rng, |d| s.try_acquire_for(d));
         }
         "write-lock" => {
-            let rw = InterProcessReadWriteLock::new(&client, &path).expect("recipe");
+            let rw =
+                InterProcessReadWriteLock::with_options(&client, &path, turn_pauses(&ctx, seed))
+                    .expect("recipe");
             contend(&ctx, &mut rng, |d| rw.write_lock().try_acquire_for(d));
         }
         "read-write" => {
@@ -291,6 +302,9 @@ fn contend<G: Deref<Target = Lease>>(
         let patience = Duration::from_millis(rng.u64(100..3000));
         let asked = mono();
         let got = acquire(patience);
+        if got.is_err() {
+            ctx.records.line(format!("F {}", mono()));
+        }
         ctx.records
             .line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
         let Ok(Some(guard)) = got else { continue };
@@ -417,4 +431,85 @@ fn zombie_write(ctx: &Ctx, token: i64, acquired: u64) {
         thread::sleep(late);
         coordinator.gate(token, true, acquired);
     });
+}
+
+/// Lock options whose waiters now and then stop right after their watch is set (see the
+/// module's doc), with a generator of their own drawn from `seed`.
+fn turn_pauses(ctx: &Ctx, seed: u64) -> LockOptions {
+    let (ctx, rng) = (
+        ctx.clone(),
+        Mutex::new(fastrand::Rng::with_seed(seed ^ 0x7475726e)),
+    );
+    LockOptions::new().testing_after_watch_set(move |watched| {
+        if rng.lock().u32(0..4) == 0 {
+            pause_until_gone(&ctx, watched);
+        }
+    })
+}
+
+/// Sequence number of a lock node's name (its last ten digits).
+fn sequence(name: &str) -> Option<u64> {
+    name.get(name.len().checked_sub(10)?..)?.parse().ok()
+}
+
+/// Stops the waiter's thread until `watched` is gone (at most 3 s: the longest patience),
+/// then writes `P <when>` if our node is first in line: the lock is free and ours to take.
+/// The stop is written down as a pause (`S <from> <to>`): the acquire's deadline may pass
+/// meanwhile, as it may for a process stopped.
+fn pause_until_gone(ctx: &Ctx, watched: &str) {
+    let from = mono();
+    let turn = turn_after(ctx, watched);
+    let to = mono();
+    ctx.records.line(format!("S {from} {to}"));
+    if turn {
+        ctx.records.line(format!("P {to}"));
+    }
+}
+
+/// Waits until `watched` is gone (at most 3 s); true if our node is then first in line.
+fn turn_after(ctx: &Ctx, watched: &str) -> bool {
+    let client = ctx.client.with_timeout(Duration::from_secs(1));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    if !matches!(client.exists_watch(watched, &tx), Ok(Some(_))) {
+        return false;
+    }
+    let gone = loop {
+        match rx.recv_timeout(Duration::from_secs(3)) {
+            Ok(e) if e.kind == zk_recipes::WatchKind::Deleted => break true,
+            Ok(_) => continue,
+            Err(_) => break false,
+        }
+    };
+    if !gone {
+        let _ = client.remove_watch(watched, &tx);
+        return false;
+    }
+    let Some((parent, name)) = watched.rsplit_once('/') else {
+        return false;
+    };
+    let (Some(after), Ok(line)) = (sequence(name), client.children(parent)) else {
+        return false;
+    };
+    let mut line: Vec<(u64, String)> = line
+        .into_iter()
+        .filter_map(|n| Some((sequence(&n)?, n)))
+        .collect();
+    line.sort_unstable();
+    // Our node came right after the watched one (a waiter watches the node just ahead of it):
+    // the first behind it, if our session owns it.
+    let Some((_, first)) = line.first() else {
+        return false;
+    };
+    line.iter()
+        .find(|(seq, _)| *seq > after)
+        .is_some_and(|(_, n)| {
+            n == first
+                && client
+                    .exists(&format!("{parent}/{n}"))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|stat| {
+                        Some(stat.ephemeral_owner) == client.session_id().map(|s| s.0)
+                    })
+        })
 }
