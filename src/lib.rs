@@ -30,6 +30,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod acl;
+pub mod barriers;
 pub mod client;
 pub mod connect_string;
 pub mod error;

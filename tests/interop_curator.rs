@@ -43,14 +43,12 @@ fn driver() -> Option<&'static PathBuf> {
         // Cargo's own scratch space for tests, so nothing is left in the system temp dir.
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-driver");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/java/CuratorLockDriver.java"
-        );
+        let sources = ["CuratorLockDriver.java", "CuratorBarrierDriver.java"]
+            .map(|f| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/").to_string() + f);
         let status = Command::new("javac")
             .args(["-cp", JARS, "-d"])
             .arg(&dir)
-            .arg(source)
+            .args(sources)
             .status()
             .map_err(|e| format!("no javac ({e})"))?;
         if !status.success() {
@@ -121,12 +119,22 @@ impl Java {
         rounds: u32,
         hold_ms: i64,
     ) -> Java {
+        let (rounds, hold_ms) = (rounds.to_string(), hold_ms.to_string());
+        Java::run(
+            dir,
+            "CuratorLockDriver",
+            &[connect, path, kind, &rounds, &hold_ms],
+        )
+    }
+
+    /// Runs the driver class `class` with `args`.
+    fn run(dir: &std::path::Path, class: &str, args: &[&str]) -> Java {
         let (security, netty) = java_security();
         let cp = format!("{}:{JARS}{netty}", dir.display());
         let mut child = Command::new("java")
             .args(security)
-            .args(["-cp", &cp, "CuratorLockDriver", connect, path, kind])
-            .args([rounds.to_string(), hold_ms.to_string()])
+            .args(["-cp", &cp, class])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -149,8 +157,9 @@ impl Java {
         }
     }
 
-    /// Reads lines until one starts with `what`; records ACQ/REL stamps on the way.
-    fn wait(&mut self, what: &str) {
+    /// Reads lines until one starts with `what`; records ACQ/REL stamps on the way. Returns
+    /// the line.
+    fn wait(&mut self, what: &str) -> String {
         loop {
             let line = self
                 .lines
@@ -163,7 +172,7 @@ impl Java {
             }
             assert_ne!(line, "TIMEOUT", "the Curator lock timed out");
             if line.starts_with(what) {
-                return;
+                return line;
             }
         }
     }
@@ -443,4 +452,119 @@ fn a_curator_holders_node_guards_rust_writes_while_it_holds() {
         "{late:?}"
     );
     assert_eq!(rust.data(&target).unwrap().0, b"while Curator holds");
+}
+
+/// The wall-clock stamp at the end of a driver's line.
+fn stamp(line: &str) -> u64 {
+    line.rsplit(' ')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap()
+}
+
+/// Curator and Rust members meet at one double barrier, each side on Curator's nodes: the
+/// Curator member, in first, passes `enter` only after the last Rust member came; the Rust
+/// members, leaving first, pass `leave` only after the Curator member began to leave.
+#[test]
+fn curator_and_rust_members_meet_at_one_double_barrier() {
+    use zk_recipes::barriers::DistributedDoubleBarrier;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-double-barrier");
+    let connect = server().connect_string();
+    let mut java = Java::run(
+        dir,
+        "CuratorBarrierDriver",
+        &[&connect, "double", &path, "3"],
+    );
+    java.wait("ENTERING");
+    let observer = client();
+    wait_for(SOON, || (nodes(&observer, &path) == 1).then_some(()))
+        .expect("the Curator member never entered");
+    let clients: Vec<Client> = (0..2).map(|_| client()).collect();
+    let barriers: Vec<Arc<DistributedDoubleBarrier>> = clients
+        .iter()
+        .map(|c| Arc::new(DistributedDoubleBarrier::new(c, &path, 3).unwrap()))
+        .collect();
+    let first = {
+        let b = barriers[0].clone();
+        thread::spawn(move || b.enter(SOON))
+    };
+    wait_for(SOON, || (nodes(&observer, &path) == 2).then_some(()))
+        .expect("the first Rust member never entered");
+    let last_came = micros();
+    assert!(barriers[1].enter(SOON).unwrap());
+    assert!(first.join().unwrap().unwrap());
+    let entered = stamp(&java.wait("ENTERED"));
+    assert!(
+        entered >= last_came,
+        "Curator passed enter {} µs before the last member came",
+        last_came - entered
+    );
+    let leaving: Vec<_> = barriers
+        .iter()
+        .map(|b| {
+            let b = b.clone();
+            thread::spawn(move || (b.leave(SOON), micros()))
+        })
+        .collect();
+    // Both Rust members wait: each has deleted its node, or (the lowest) watches the highest.
+    for (b, c) in barriers.iter().zip(&clients) {
+        wait_for(SOON, || {
+            (b.node_path().is_none() || c.testing_watch_count() > 0).then_some(())
+        })
+        .expect("a Rust member never began to leave");
+    }
+    java.release();
+    let java_leaving = stamp(&java.wait("LEAVING"));
+    java.wait("LEFT");
+    for l in leaving {
+        let (left, at) = l.join().unwrap();
+        assert!(left.unwrap());
+        assert!(
+            at >= java_leaving,
+            "a Rust member passed leave before the Curator member began to leave"
+        );
+    }
+    wait_for(SOON, || (nodes(&observer, &path) == 0).then_some(()))
+        .expect("members or the ready node stayed");
+}
+
+/// A barrier set on one side holds the other side's waiter until it is removed, both ways.
+#[test]
+fn a_barrier_set_on_one_side_holds_the_other_side_until_removed() {
+    use zk_recipes::barriers::DistributedBarrier;
+    let Some(dir) = driver() else { return };
+    let connect = server().connect_string();
+    let ours = client();
+    // Curator sets it; a Rust waiter waits; Curator removes it.
+    let path = root("interop-barrier-curator");
+    Java::run(dir, "CuratorBarrierDriver", &[&connect, "set", &path]).wait("DONE");
+    let barrier = DistributedBarrier::new(&ours, &path).unwrap();
+    assert!(barrier.is_set().unwrap());
+    assert!(!barrier.wait_on_barrier(Duration::from_millis(200)).unwrap());
+    let waiting = {
+        let path = path.clone();
+        thread::spawn(move || {
+            let c = client();
+            let passed = DistributedBarrier::new(&c, &path)
+                .unwrap()
+                .wait_on_barrier(SOON);
+            (passed, micros())
+        })
+    };
+    let removed = micros();
+    Java::run(dir, "CuratorBarrierDriver", &[&connect, "remove", &path]).wait("DONE");
+    let (passed, at) = waiting.join().unwrap();
+    assert!(passed.unwrap());
+    assert!(at >= removed, "the Rust waiter passed a set barrier");
+    // Rust sets it; a Curator waiter waits; Rust removes it.
+    let path = root("interop-barrier-rust");
+    let barrier = DistributedBarrier::new(&ours, &path).unwrap();
+    barrier.set_barrier().unwrap();
+    let mut java = Java::run(dir, "CuratorBarrierDriver", &[&connect, "wait", &path]);
+    java.wait("WAITING");
+    let removed = micros();
+    barrier.remove_barrier().unwrap();
+    let passed = stamp(&java.wait("PASSED"));
+    assert!(passed >= removed, "the Curator waiter passed a set barrier");
 }

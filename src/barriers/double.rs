@@ -1,0 +1,300 @@
+//! A party that enters and leaves together (Curator's `DistributedDoubleBarrier`).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::watching::Watching;
+use crate::leader::CLOSE_WAIT;
+use crate::lock::core::LockCore;
+use crate::lock::names::ProtectedId;
+use crate::lock::MIN_ATTEMPT;
+use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId};
+
+/// The node whose creation lets every member through [`enter`]: Curator's name.
+///
+/// [`enter`]: DistributedDoubleBarrier::enter
+pub const READY_NODE: &str = "ready";
+
+/// A party of processes that begin a phase together and end it together: no member passes
+/// [`enter`](Self::enter) before `member_qty` members have entered, and none passes
+/// [`leave`](Self::leave) before every member has left. Apache Curator's
+/// `DistributedDoubleBarrier`, same nodes: each member is an ephemeral child of the barrier's
+/// path, and the member that makes the count creates the `ready` child, whose creation wakes
+/// the others.
+///
+/// A member's node is named like a protected lock node's id (UUID-shaped, carrying its
+/// session), so operators can tell whose it is. A member whose session is lost while it
+/// enters makes its node again on the next session; one whose session is lost while it leaves
+/// has left. A call that returns `false` (its deadline passed) or an error takes the
+/// member's node away: nothing of a member that gave up is left behind. Dropping the barrier
+/// does the same.
+///
+/// ```no_run
+/// # fn main() -> zk_recipes::Result<()> {
+/// use std::time::Duration;
+/// use zk_recipes::barriers::DistributedDoubleBarrier;
+/// use zk_recipes::Client;
+///
+/// let client = Client::builder("127.0.0.1:2181").connect()?;
+/// // Five workers run each phase together.
+/// let barrier = DistributedDoubleBarrier::new(&client, "/jobs/nightly/phase-1", 5)?;
+/// if barrier.enter(Duration::from_secs(60))? {
+///     // ... this worker's share of the phase ...
+///     barrier.leave(Duration::from_secs(60))?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct DistributedDoubleBarrier {
+    core: LockCore,
+    ready: String,
+    member_qty: usize,
+    /// Our member node, and the session that owns it.
+    own: Mutex<Option<(String, SessionId)>>,
+}
+
+impl std::fmt::Debug for DistributedDoubleBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedDoubleBarrier")
+            .field("path", &self.core.path)
+            .field("member_qty", &self.member_qty)
+            .field("node", &self.own.lock().as_ref().map(|o| o.0.clone()))
+            .finish()
+    }
+}
+
+/// What one look found.
+enum Step {
+    /// The call is over: passed (true) or out of time (false).
+    Done(bool),
+    /// Wait for a watch or the client, then look again.
+    Wait,
+    /// Look again at once.
+    Again,
+}
+
+impl DistributedDoubleBarrier {
+    /// A barrier at `path` for a party of `member_qty` (at least one).
+    pub fn new(client: &Client, path: &str, member_qty: usize) -> Result<DistributedDoubleBarrier> {
+        if member_qty == 0 {
+            return Err(Error::BadArguments(
+                "a double barrier needs at least one member".into(),
+            ));
+        }
+        Ok(DistributedDoubleBarrier {
+            ready: paths::join(path, READY_NODE),
+            core: LockCore::new(client, path, LockOptions::new())?,
+            member_qty,
+            own: Mutex::new(None),
+        })
+    }
+
+    /// The barrier's path.
+    pub fn path(&self) -> &str {
+        &self.core.path
+    }
+
+    /// This member's node, while it is in the barrier.
+    pub fn node_path(&self) -> Option<String> {
+        self.own.lock().as_ref().map(|o| o.0.clone())
+    }
+
+    /// Enters, and waits (at most `timeout`) until `member_qty` members have: true then,
+    /// false if the time ran out first (and this member is out again).
+    pub fn enter(&self, timeout: Duration) -> Result<bool> {
+        self.enter_until(Instant::now() + timeout)
+    }
+
+    /// [`enter`](Self::enter) until `deadline`.
+    ///
+    /// # Errors
+    /// What a call meets that is not a connection problem the client rides out (`NoAuth`,
+    /// `Closed`, ...); this member is out again then.
+    pub fn enter_until(&self, deadline: Instant) -> Result<bool> {
+        let mut watching = Watching::new(&self.core);
+        let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
+        let entered = loop {
+            match self.enter_step(&mut watching, looks) {
+                Ok(Step::Done(done)) => break Ok(done),
+                Ok(Step::Again) => {}
+                Ok(Step::Wait) => match watching.wait(deadline) {
+                    Ok(true) => {}
+                    other => break other,
+                },
+                Err(e) => break Err(e),
+            }
+        };
+        if !matches!(entered, Ok(true)) {
+            self.drop_own_node();
+        }
+        entered
+    }
+
+    /// One look: `ready` watched first (the last member to enter creates it, and its
+    /// creation wakes the rest), then our node made if this session has none, then the count.
+    fn enter_step(&self, watching: &mut Watching<'_>, deadline: Instant) -> Result<Step> {
+        let client = self.core.client.with_deadline(deadline);
+        let ready = match client.exists_watch(&self.ready, watching.tx()) {
+            Ok(stat) => {
+                watching.watching(&self.ready);
+                stat.is_some()
+            }
+            Err(e) => return passable(e),
+        };
+        if let Err(e) = self.ensure_own_node(&client) {
+            return passable(e);
+        }
+        if ready {
+            return Ok(Step::Done(true));
+        }
+        let members = match client.children(&self.core.path) {
+            Ok(names) => names.iter().filter(|n| *n != READY_NODE).count(),
+            Err(e) => return passable(e),
+        };
+        if members < self.member_qty {
+            return Ok(Step::Wait);
+        }
+        match client.create(&self.ready, &[], CreateMode::Persistent) {
+            Err(e) if !e.is_node_exists() => passable(e),
+            _ => Ok(Step::Done(true)),
+        }
+    }
+
+    /// Leaves, and waits (at most `timeout`) until every member has: true then, false if the
+    /// time ran out first (this member is out either way).
+    pub fn leave(&self, timeout: Duration) -> Result<bool> {
+        self.leave_until(Instant::now() + timeout)
+    }
+
+    /// [`leave`](Self::leave) until `deadline`. The lowest member (by node name) leaves
+    /// last: it watches the highest; every other deletes its node and watches the lowest. The
+    /// `ready` node goes once the wait ends, so the barrier can be used again.
+    ///
+    /// # Errors
+    /// As [`enter_until`](Self::enter_until).
+    pub fn leave_until(&self, deadline: Instant) -> Result<bool> {
+        let mut watching = Watching::new(&self.core);
+        let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
+        let left = loop {
+            match self.leave_step(&mut watching, looks) {
+                Ok(Step::Done(done)) => break Ok(done),
+                Ok(Step::Again) => {}
+                Ok(Step::Wait) => match watching.wait(deadline) {
+                    Ok(true) => {}
+                    other => break other,
+                },
+                Err(e) => break Err(e),
+            }
+        };
+        self.drop_own_node();
+        let client = self
+            .core
+            .client
+            .with_deadline(deadline.max(Instant::now() + CLOSE_WAIT));
+        if let Err(e) = client.delete(&self.ready) {
+            log::debug!("{}: {e}", self.ready);
+        }
+        left
+    }
+
+    /// One look at the members: done once none is left (or only we are, and we go).
+    fn leave_step(&self, watching: &mut Watching<'_>, deadline: Instant) -> Result<Step> {
+        let client = self.core.client.with_deadline(deadline);
+        let mut members = match client.children(&self.core.path) {
+            Ok(names) => names,
+            Err(e) if e.is_no_node() => Vec::new(),
+            Err(e) => return passable(e),
+        };
+        members.retain(|n| n != READY_NODE);
+        members.sort_unstable();
+        let own = self.own.lock().clone();
+        // Our node is gone with its session, or was never made: we have left.
+        let ours = own.as_ref().and_then(|(path, _)| {
+            let name = paths::node_name(path);
+            members.iter().position(|m| m == name)
+        });
+        if own.is_some() && ours.is_none() {
+            *self.own.lock() = None;
+        }
+        let (Some(lowest), Some(highest)) = (members.first(), members.last()) else {
+            return Ok(Step::Done(true));
+        };
+        if members.len() == 1 && ours == Some(0) {
+            self.drop_own_node();
+            return Ok(Step::Done(true));
+        }
+        let watched = paths::join(
+            &self.core.path,
+            if ours == Some(0) { highest } else { lowest },
+        );
+        let there = match client.exists_watch(&watched, watching.tx()) {
+            Ok(stat) => {
+                watching.watching(&watched);
+                stat.is_some()
+            }
+            Err(e) => return passable(e),
+        };
+        if ours.is_some_and(|i| i > 0) {
+            self.drop_own_node();
+        }
+        // The watched node went before the look: look again at once.
+        Ok(if there { Step::Wait } else { Step::Again })
+    }
+
+    /// Makes our member node if the client's session has none of ours.
+    fn ensure_own_node(&self, client: &Client) -> Result<()> {
+        let Some(session) = client.session_id() else {
+            return Err(Error::ConnectionLoss);
+        };
+        if self.own.lock().as_ref().is_some_and(|(_, s)| *s == session) {
+            return Ok(());
+        }
+        client.ensure_lock_path(&self.core.path, client.default_acl())?;
+        let path = paths::join(&self.core.path, ProtectedId::next(session).as_str());
+        match client.create(&path, &[], CreateMode::Ephemeral) {
+            Ok(_) => {}
+            // A create whose answer was lost and that went again: ours if our session owns it.
+            Err(e) if e.is_node_exists() => {}
+            Err(e) => return Err(e),
+        }
+        let owner = client
+            .exists(&path)?
+            .map(|stat| SessionId(stat.ephemeral_owner));
+        match owner {
+            Some(owner) => {
+                *self.own.lock() = Some((path, owner));
+                Ok(())
+            }
+            // Gone already: its session was lost meanwhile. The next look makes another.
+            None => Err(Error::ConnectionLoss),
+        }
+    }
+
+    /// Takes our member node away (now, or through the client's janitor).
+    fn drop_own_node(&self) {
+        if let Some((path, session)) = self.own.lock().take() {
+            self.core
+                .client
+                .with_deadline(Instant::now() + CLOSE_WAIT)
+                .remove_own(&path, session);
+        }
+    }
+}
+
+impl Drop for DistributedDoubleBarrier {
+    fn drop(&mut self) {
+        self.drop_own_node();
+    }
+}
+
+/// A call's error during a wait: a connection problem the client rides out means "wait for
+/// the client, then look again"; the deadline passing ends the wait; anything else is the
+/// caller's.
+fn passable(e: Error) -> Result<Step> {
+    match e {
+        Error::ConnectionLoss | Error::SessionLost { .. } => Ok(Step::Wait),
+        Error::Timeout { .. } => Ok(Step::Done(false)),
+        e => Err(e),
+    }
+}

@@ -1,0 +1,280 @@
+//! Barriers against a real server: a gate that holds waiters until it is removed, and a party
+//! that enters together and leaves together, also across connection breaks and lost sessions.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::barriers::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
+use zk_recipes::testing::FaultProxy;
+use zk_recipes::{Client, ConnectionState};
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+/// Children of `path` but the ready node, sorted (none if it does not exist).
+fn members(c: &Client, path: &str) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .children(path)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n != READY_NODE)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_barrier_holds_its_waiters_until_it_is_removed_and_an_unset_one_holds_no_one() {
+    let path = root("barrier-basic");
+    let coordinator = client();
+    let barrier = DistributedBarrier::new(&coordinator, &path).unwrap();
+    assert!(barrier.wait_on_barrier(Duration::ZERO).unwrap(), "not set");
+    barrier.set_barrier().unwrap();
+    barrier.set_barrier().unwrap();
+    assert!(barrier.is_set().unwrap());
+    // Set: a waiter's deadline passes.
+    assert!(!barrier.wait_on_barrier(Duration::from_millis(200)).unwrap());
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (path, waiting) = (path.clone(), waiting.clone());
+            thread::spawn(move || {
+                let c = client();
+                let b = DistributedBarrier::new(&c, &path).unwrap();
+                waiting.fetch_add(1, Ordering::SeqCst);
+                let passed = b.wait_on_barrier(SOON).unwrap();
+                (passed, c.testing_watch_count())
+            })
+        })
+        .collect();
+    wait_for(SOON, || (waiting.load(Ordering::SeqCst) == 3).then_some(()))
+        .expect("waiters never started");
+    barrier.remove_barrier().unwrap();
+    barrier.remove_barrier().unwrap();
+    for w in waiters {
+        assert_eq!(w.join().unwrap(), (true, 0), "passed, no watcher left");
+    }
+    assert!(!barrier.is_set().unwrap());
+}
+
+/// A waiter whose link breaks, and one whose session is lost, while the barrier is removed,
+/// still pass once their client is back: the node is looked at again.
+#[test]
+fn a_barrier_waiter_passes_after_a_broken_link_and_after_a_lost_session() {
+    for lose_session in [false, true] {
+        let path = root(&format!("barrier-faults-{lose_session}"));
+        let coordinator = client();
+        let barrier = DistributedBarrier::new(&coordinator, &path).unwrap();
+        barrier.set_barrier().unwrap();
+        let proxy = FaultProxy::start(server().addr()).unwrap();
+        let waiter = connect(&proxy.connect_string(), Duration::from_millis(1500));
+        let states = waiter.subscribe();
+        let b = DistributedBarrier::new(&waiter, &path).unwrap();
+        let waiting = thread::spawn(move || b.wait_on_barrier(SOON));
+        // Its watch is set before the link goes.
+        wait_for(SOON, || (waiter.testing_watch_count() == 1).then_some(()))
+            .expect("the waiter never watched");
+        if lose_session {
+            proxy.blackhole();
+            while states.recv_timeout(SOON).expect("no LOST").state != ConnectionState::Lost {}
+        } else {
+            proxy.refuse();
+            next_state(&states, ConnectionState::Suspended);
+        }
+        barrier.remove_barrier().unwrap();
+        proxy.heal();
+        assert!(
+            waiting.join().unwrap().unwrap(),
+            "lose_session {lose_session}"
+        );
+    }
+}
+
+/// Members come one at a time, and go one at a time: while some have not entered, no one has
+/// passed `enter`; while some have not called `leave`, no one has passed it.
+#[test]
+fn no_member_passes_enter_before_all_entered_nor_leave_before_all_left() {
+    const N: usize = 4;
+    let path = root("double-basic");
+    let observer = client();
+    let passed_enter = Arc::new(AtomicUsize::new(0));
+    let passed_leave = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<Client> = (0..N).map(|_| client()).collect();
+    let barriers: Vec<Arc<DistributedDoubleBarrier>> = clients
+        .iter()
+        .map(|c| Arc::new(DistributedDoubleBarrier::new(c, &path, N).unwrap()))
+        .collect();
+    let mut entering = Vec::new();
+    for (k, b) in barriers.iter().enumerate() {
+        assert_eq!(
+            passed_enter.load(Ordering::SeqCst),
+            0,
+            "passed with {k} of {N} in"
+        );
+        let (b, passed) = (b.clone(), passed_enter.clone());
+        entering.push(thread::spawn(move || {
+            let entered = b.enter(SOON);
+            passed.fetch_add(1, Ordering::SeqCst);
+            entered
+        }));
+        wait_for(SOON, || {
+            (members(&observer, &path).len() == k + 1).then_some(())
+        })
+        .expect("a member never entered");
+    }
+    for e in entering {
+        assert!(e.join().unwrap().unwrap());
+    }
+    let mut leaving = Vec::new();
+    for (k, (b, c)) in barriers.iter().zip(&clients).enumerate() {
+        assert_eq!(
+            passed_leave.load(Ordering::SeqCst),
+            0,
+            "passed with {k} of {N} leaving"
+        );
+        let node = b.node_path().unwrap();
+        let (b, passed) = (b.clone(), passed_leave.clone());
+        leaving.push(thread::spawn(move || {
+            let left = b.leave(SOON);
+            passed.fetch_add(1, Ordering::SeqCst);
+            left
+        }));
+        if k + 1 < N {
+            // It waits: its node is gone (it is not the lowest), or it watches the highest.
+            wait_for(SOON, || {
+                (observer.exists(&node).ok()?.is_none() || c.testing_watch_count() > 0)
+                    .then_some(())
+            })
+            .expect("a member never began to leave");
+        }
+    }
+    for l in leaving {
+        assert!(l.join().unwrap().unwrap());
+    }
+    for (b, c) in barriers.iter().zip(&clients) {
+        assert_eq!(b.node_path(), None);
+        assert_eq!(c.testing_watch_count(), 0, "a watcher was left behind");
+    }
+    assert!(members(&observer, &path).is_empty());
+    assert!(observer
+        .exists(&format!("{path}/{READY_NODE}"))
+        .unwrap()
+        .is_none());
+}
+
+/// The party is a threshold, as Curator's: more members than asked for enter too.
+#[test]
+fn a_member_that_gives_up_entering_leaves_no_node_and_a_larger_party_still_passes() {
+    let path = root("double-timeout");
+    let observer = client();
+    let lonely = DistributedDoubleBarrier::new(&observer, &path, 3).unwrap();
+    assert!(!lonely.enter(Duration::from_millis(300)).unwrap());
+    assert!(lonely.node_path().is_none());
+    assert!(
+        members(&observer, &path).is_empty(),
+        "a node was left behind"
+    );
+    let start = Arc::new(Barrier::new(4));
+    let party: Vec<_> = (0..4)
+        .map(|_| {
+            let (path, start) = (path.clone(), start.clone());
+            thread::spawn(move || {
+                let c = client();
+                let b = DistributedDoubleBarrier::new(&c, &path, 3).unwrap();
+                start.wait();
+                let entered = b.enter(SOON).unwrap();
+                let left = b.leave(SOON).unwrap();
+                (entered, left)
+            })
+        })
+        .collect();
+    for m in party {
+        assert_eq!(m.join().unwrap(), (true, true));
+    }
+    assert!(DistributedDoubleBarrier::new(&observer, &path, 0).is_err());
+}
+
+/// A member whose session is lost while it waits to enter makes its node again on its new
+/// session, and the party still meets.
+#[test]
+fn a_member_whose_session_is_lost_while_it_enters_enters_on_its_next_session() {
+    let f = faulty();
+    let path = "/double-session";
+    let first = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let second = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let a = Arc::new(DistributedDoubleBarrier::new(&first, path, 2).unwrap());
+    let entering = {
+        let a = a.clone();
+        thread::spawn(move || a.enter(SOON))
+    };
+    wait_for(SOON, || (members(&second, path).len() == 1).then_some(()))
+        .expect("the first member never entered");
+    let before = a.node_path().unwrap();
+    expire_and_renew(&f, &first);
+    let b = DistributedDoubleBarrier::new(&second, path, 2).unwrap();
+    assert!(b.enter(SOON).unwrap());
+    assert!(entering.join().unwrap().unwrap());
+    let after = a.node_path().unwrap();
+    assert_ne!(before, after, "the member's node was not made again");
+    assert_eq!(members(&second, path).len(), 2);
+    let leaving = {
+        let a = a.clone();
+        thread::spawn(move || a.leave(SOON))
+    };
+    assert!(b.leave(SOON).unwrap());
+    assert!(leaving.join().unwrap().unwrap());
+    assert!(members(&second, path).is_empty());
+}
+
+/// A member whose session is lost while it waits to leave has left: the others go on.
+#[test]
+fn a_member_whose_session_is_lost_while_it_leaves_has_left() {
+    let f = faulty();
+    let path = "/double-leave-session";
+    let lost = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let others: Vec<Client> = (0..2)
+        .map(|_| connect(&f.server.connect_string(), Duration::from_secs(10)))
+        .collect();
+    let barriers: Vec<Arc<DistributedDoubleBarrier>> = std::iter::once(&lost)
+        .chain(&others)
+        .map(|c| Arc::new(DistributedDoubleBarrier::new(c, path, 3).unwrap()))
+        .collect();
+    let entered: Vec<_> = barriers
+        .iter()
+        .map(|b| {
+            let b = b.clone();
+            thread::spawn(move || b.enter(SOON))
+        })
+        .collect();
+    for e in entered {
+        assert!(e.join().unwrap().unwrap());
+    }
+    // The member on the proxy is made the lowest by name only by chance: whichever it is,
+    // its session's end removes its node, and the others' leave ends.
+    let lost_leaving = {
+        let b = barriers[0].clone();
+        thread::spawn(move || b.leave(SOON))
+    };
+    f.proxy.blackhole();
+    let states = lost.subscribe();
+    let others_leaving: Vec<_> = barriers[1..]
+        .iter()
+        .map(|b| {
+            let b = b.clone();
+            thread::spawn(move || b.leave(SOON))
+        })
+        .collect();
+    while states.recv_timeout(SOON).expect("no LOST").state != ConnectionState::Lost {}
+    f.proxy.heal();
+    for l in others_leaving {
+        assert!(l.join().unwrap().unwrap());
+    }
+    assert!(lost_leaving.join().unwrap().unwrap());
+    assert!(members(&others[0], path).is_empty());
+}
