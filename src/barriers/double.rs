@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::watching::Watching;
-use crate::leader::CLOSE_WAIT;
 use crate::lock::core::LockCore;
 use crate::lock::names::ProtectedId;
 use crate::lock::MIN_ATTEMPT;
@@ -50,8 +49,19 @@ pub struct DistributedDoubleBarrier {
     core: LockCore,
     ready: String,
     member_qty: usize,
-    /// Our member node, and the session that owns it.
-    own: Mutex<Option<(String, SessionId)>>,
+    /// Our member node: its path, the session it is made under, and whether it is known made.
+    own: Mutex<Option<Member>>,
+}
+
+/// A member's node.
+#[derive(Clone)]
+struct Member {
+    path: String,
+    session: SessionId,
+    /// Known to exist (its create answered, or found ours). Until then its name is kept for
+    /// the session: a create whose answer was lost goes again under the same name, so a
+    /// member is never counted twice.
+    made: bool,
 }
 
 impl std::fmt::Debug for DistributedDoubleBarrier {
@@ -59,7 +69,7 @@ impl std::fmt::Debug for DistributedDoubleBarrier {
         f.debug_struct("DistributedDoubleBarrier")
             .field("path", &self.core.path)
             .field("member_qty", &self.member_qty)
-            .field("node", &self.own.lock().as_ref().map(|o| o.0.clone()))
+            .field("node", &self.node_path())
             .finish()
     }
 }
@@ -97,7 +107,11 @@ impl DistributedDoubleBarrier {
 
     /// This member's node, while it is in the barrier.
     pub fn node_path(&self) -> Option<String> {
-        self.own.lock().as_ref().map(|o| o.0.clone())
+        self.own
+            .lock()
+            .as_ref()
+            .filter(|m| m.made)
+            .map(|m| m.path.clone())
     }
 
     /// Enters, and waits (at most `timeout`) until `member_qty` members have: true then,
@@ -191,7 +205,7 @@ impl DistributedDoubleBarrier {
         let client = self
             .core
             .client
-            .with_deadline(deadline.max(Instant::now() + CLOSE_WAIT));
+            .with_deadline(deadline.max(Instant::now() + super::CLEAN_UP_WAIT));
         if let Err(e) = client.delete(&self.ready) {
             log::debug!("{}: {e}", self.ready);
         }
@@ -210,9 +224,9 @@ impl DistributedDoubleBarrier {
         members.sort_unstable();
         let own = self.own.lock().clone();
         // Our node is gone with its session, or was never made: we have left.
-        let ours = own.as_ref().and_then(|(path, _)| {
-            let name = paths::node_name(path);
-            members.iter().position(|m| m == name)
+        let ours = own.as_ref().and_then(|m| {
+            let name = paths::node_name(&m.path);
+            members.iter().position(|n| n == name)
         });
         if own.is_some() && ours.is_none() {
             *self.own.lock() = None;
@@ -247,37 +261,54 @@ impl DistributedDoubleBarrier {
         let Some(session) = client.session_id() else {
             return Err(Error::ConnectionLoss);
         };
-        if self.own.lock().as_ref().is_some_and(|(_, s)| *s == session) {
-            return Ok(());
-        }
+        let path = {
+            let mut own = self.own.lock();
+            match own.as_ref() {
+                Some(m) if m.session == session && m.made => return Ok(()),
+                Some(m) if m.session == session => m.path.clone(),
+                _ => {
+                    let path = paths::join(&self.core.path, ProtectedId::next(session).as_str());
+                    *own = Some(Member {
+                        path: path.clone(),
+                        session,
+                        made: false,
+                    });
+                    path
+                }
+            }
+        };
         client.ensure_lock_path(&self.core.path, client.default_acl())?;
-        let path = paths::join(&self.core.path, ProtectedId::next(session).as_str());
-        match client.create(&path, &[], CreateMode::Ephemeral) {
-            Ok(_) => {}
-            // A create whose answer was lost and that went again: ours if our session owns it.
-            Err(e) if e.is_node_exists() => {}
+        let acl = client.default_acl();
+        let made = match client.create_in_session(&path, &[], CreateMode::Ephemeral, acl) {
+            Ok((_, _, under)) => Some(under),
+            // An earlier create under this name whose answer was lost: the name carries our
+            // session, so the node is ours; its owner says under which session it was made.
+            Err(e) if e.is_node_exists() => client
+                .exists(&path)?
+                .map(|stat| SessionId(stat.ephemeral_owner)),
             Err(e) => return Err(e),
-        }
-        let owner = client
-            .exists(&path)?
-            .map(|stat| SessionId(stat.ephemeral_owner));
-        match owner {
-            Some(owner) => {
-                *self.own.lock() = Some((path, owner));
+        };
+        match made {
+            Some(under) => {
+                *self.own.lock() = Some(Member {
+                    path,
+                    session: under,
+                    made: true,
+                });
                 Ok(())
             }
-            // Gone already: its session was lost meanwhile. The next look makes another.
+            // Gone again already: its session was lost meanwhile. The next look makes another.
             None => Err(Error::ConnectionLoss),
         }
     }
 
     /// Takes our member node away (now, or through the client's janitor).
     fn drop_own_node(&self) {
-        if let Some((path, session)) = self.own.lock().take() {
+        if let Some(m) = self.own.lock().take() {
             self.core
                 .client
-                .with_deadline(Instant::now() + CLOSE_WAIT)
-                .remove_own(&path, session);
+                .with_deadline(Instant::now() + super::CLEAN_UP_WAIT)
+                .remove_own(&m.path, m.session);
         }
     }
 }

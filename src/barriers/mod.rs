@@ -15,5 +15,10 @@ mod barrier;
 mod double;
 mod watching;
 
+/// How long a barrier waits for the server to delete a member's node (or the `ready` node)
+/// once the caller's deadline has passed; what is not done by then the client finishes in the
+/// background, or the session's end does.
+const CLEAN_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub use self::barrier::DistributedBarrier;
 pub use self::double::{DistributedDoubleBarrier, READY_NODE};
