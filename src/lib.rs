@@ -36,6 +36,7 @@ pub mod connect_string;
 pub mod error;
 pub mod leader;
 pub mod lock;
+pub mod nodes;
 pub mod paths;
 pub mod retry;
 mod session_id;

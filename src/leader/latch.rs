@@ -8,9 +8,9 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::{pause, LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
+use super::{LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
 use crate::client::token::SessionToken;
-use crate::lock::core::{LockCore, OwnNode, WatchGuard, Woke};
+use crate::lock::core::{pause, LockCore, OwnNode, WatchGuard, Woke};
 use crate::lock::names::sort_contenders;
 use crate::lock::{Lease, LockOptions};
 use crate::{paths, Client, Error, Result};

@@ -72,27 +72,3 @@ pub(crate) fn participants(core: &LockCore) -> Result<Vec<Participant>> {
     }
     Ok(out)
 }
-
-/// After a failed step of the line (listing, joining, taking the lock): waits for the next
-/// state change, which is what most failures (connection loss) wait for, or for a backoff that
-/// doubles with each failure in a row (20 ms up to 5 s) for those no event announces, ending
-/// by `until` if given (a lease's bound). True when `stop` fired or closed.
-pub(crate) fn pause(
-    stop: &crossbeam_channel::Receiver<()>,
-    states: &crate::Subscription,
-    failures: &mut u32,
-    until: Option<std::time::Instant>,
-) -> bool {
-    let mut backoff = std::time::Duration::from_millis(20)
-        .saturating_mul(1 << (*failures).min(8))
-        .min(std::time::Duration::from_secs(5));
-    if let Some(until) = until {
-        backoff = backoff.min(until.saturating_duration_since(std::time::Instant::now()));
-    }
-    *failures += 1;
-    crossbeam_channel::select! {
-        recv(stop) -> _ => true,
-        recv(states.receiver()) -> _ => false,
-        recv(crossbeam_channel::after(backoff)) -> _ => false,
-    }
-}

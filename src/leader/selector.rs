@@ -10,8 +10,8 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::Mutex;
 
-use super::{pause, Participant};
-use crate::lock::core::{LockCore, MaxLeases};
+use super::Participant;
+use crate::lock::core::{pause, LockCore, MaxLeases};
 use crate::lock::{Lease, LockOptions};
 use crate::{Client, Error, Result};
 

@@ -1,0 +1,272 @@
+//! PersistentNode against a real server: a node kept present across deletions, connection
+//! breaks and lost sessions, and removed on close.
+
+mod common;
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use common::*;
+use zk_recipes::nodes::{NodeEvent, NodeMode, PersistentNode, TTL_TOUCH_NODE};
+use zk_recipes::testing::{ServerOptions, TestingServer};
+use zk_recipes::{Client, CreateMode, Error, WatchKind};
+
+fn client() -> Client {
+    connect(&server().connect_string(), Duration::from_secs(10))
+}
+
+/// The listener's events, on a channel.
+fn events(node: &PersistentNode) -> mpsc::Receiver<NodeEvent> {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    node.add_listener(move |e| {
+        let _ = tx.lock().unwrap().send(e.clone());
+    });
+    rx
+}
+
+/// Waits (on a watch, not a timer) until `path` is gone; false after `SOON`.
+fn gone(observer: &Client, path: &str) -> bool {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    loop {
+        match observer.exists_watch(path, &tx) {
+            Ok(None) => return true,
+            Ok(Some(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        match rx.recv_timeout(SOON) {
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn an_ephemeral_node_is_made_again_after_a_deletion_and_goes_on_close() {
+    let path = root("node-ephemeral");
+    let (owner, observer) = (client(), client());
+    let node = PersistentNode::new(&owner, &path, NodeMode::Ephemeral, b"one").unwrap();
+    assert!(matches!(
+        node.wait_for_initial_create(Duration::ZERO),
+        Err(Error::IllegalState(_))
+    ));
+    let heard = events(&node);
+    node.start().unwrap();
+    assert!(node.start().is_err(), "started twice");
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    assert_eq!(
+        heard.recv_timeout(SOON).unwrap(),
+        NodeEvent::Created(path.clone())
+    );
+    assert_eq!(node.actual_path().as_deref(), Some(path.as_str()));
+    let (data, stat) = observer.data(&path).unwrap();
+    assert_eq!(data, b"one");
+    assert_eq!(stat.ephemeral_owner, owner.session_id().unwrap().0);
+    // Someone deletes it: made again, with the data it was last given.
+    node.set_data(b"two").unwrap();
+    observer.delete(&path).unwrap();
+    assert_eq!(
+        heard.recv_timeout(SOON).unwrap(),
+        NodeEvent::Created(path.clone())
+    );
+    assert_eq!(observer.data(&path).unwrap().0, b"two");
+    node.close();
+    assert!(gone(&observer, &path), "the node stayed after close");
+    assert_eq!(node.actual_path(), None);
+    assert_eq!(owner.testing_watch_count(), 0, "watchers left behind");
+}
+
+#[test]
+fn an_ephemeral_node_is_made_again_on_the_next_session_and_its_data_set_while_cut_off_lands() {
+    let f = faulty();
+    let path = "/node-session";
+    let owner = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let node = PersistentNode::new(&owner, path, NodeMode::Ephemeral, b"first").unwrap();
+    let heard = events(&node);
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    heard.recv_timeout(SOON).unwrap();
+    // Data set while the link is refused is written once it is back.
+    f.proxy.refuse();
+    node.set_data(b"while cut off").unwrap();
+    f.proxy.heal();
+    // (On this session or, if the reconnection outlasted the short session, the next.)
+    let (tx, rx) = crossbeam_channel::unbounded();
+    loop {
+        match observer.data_watch(path, &tx) {
+            Ok((data, _)) if data == b"while cut off" => break,
+            Ok(_) => {}
+            Err(e) if e.is_no_node() => {
+                if observer.exists_watch(path, &tx).unwrap().is_some() {
+                    continue;
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+        rx.recv_timeout(SOON)
+            .expect("the data set while cut off never landed");
+    }
+    // The session expires: the node goes with it, and is made again on the next one.
+    while heard.try_recv().is_ok() {}
+    let before = observer.exists(path).unwrap().unwrap().ephemeral_owner;
+    expire_and_renew(&f, &owner);
+    assert_eq!(
+        heard.recv_timeout(SOON).unwrap(),
+        NodeEvent::Created(path.into())
+    );
+    let after = observer.exists(path).unwrap().unwrap();
+    assert_ne!(after.ephemeral_owner, before);
+    assert_eq!(after.ephemeral_owner, owner.session_id().unwrap().0);
+    assert_eq!(observer.data(path).unwrap().0, b"while cut off");
+}
+
+#[test]
+fn a_protected_node_carries_its_session_and_takes_a_new_name_on_a_new_session() {
+    let f = faulty();
+    let path = "/services/node-protected";
+    let owner = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let node = PersistentNode::new(&owner, path, NodeMode::ProtectedEphemeral, b"x").unwrap();
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    let first = node.actual_path().unwrap();
+    let name = first.rsplit('/').next().unwrap();
+    assert!(
+        name.starts_with("_c_") && name.ends_with("-node-protected"),
+        "{name}"
+    );
+    assert_eq!(
+        zk_recipes::lock::session_of(name),
+        owner.session_id(),
+        "the name does not carry the session"
+    );
+    let heard = events(&node);
+    expire_and_renew(&f, &owner);
+    let NodeEvent::Created(second) = heard.recv_timeout(SOON).unwrap() else {
+        panic!("not made again");
+    };
+    assert_ne!(first, second);
+    assert_eq!(observer.children("/services").unwrap().len(), 1);
+    node.close();
+    assert!(gone(&observer, &second));
+}
+
+/// An ephemeral node at the path that another session owns is not taken over: ours is made
+/// once it goes with its session.
+#[test]
+fn an_ephemeral_node_waits_out_another_session_s_node_at_its_path() {
+    let path = root("node-taken");
+    let (other, owner) = (client(), client());
+    other
+        .create_with_parents(&path, b"theirs", CreateMode::Ephemeral)
+        .unwrap();
+    let node = PersistentNode::new(&owner, &path, NodeMode::Ephemeral, b"ours").unwrap();
+    node.start().unwrap();
+    assert!(!node
+        .wait_for_initial_create(Duration::from_millis(300))
+        .unwrap());
+    assert_eq!(owner.data(&path).unwrap().0, b"theirs");
+    other.close();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    let (data, stat) = owner.data(&path).unwrap();
+    assert_eq!(
+        (data.as_slice(), stat.ephemeral_owner),
+        (&b"ours"[..], owner.session_id().unwrap().0)
+    );
+}
+
+/// A persistent node found at the path is taken as ours (its data overwritten, as Curator
+/// does), kept through a deletion, and deleted by close.
+#[test]
+fn a_persistent_node_takes_over_what_it_finds_and_is_deleted_on_close() {
+    let path = root("node-persistent");
+    let (owner, observer) = (client(), client());
+    observer
+        .create_with_parents(&path, b"old", CreateMode::Persistent)
+        .unwrap();
+    let node = PersistentNode::new(&owner, &path, NodeMode::Persistent, b"new").unwrap();
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    assert_eq!(observer.data(&path).unwrap().0, b"new");
+    let heard = events(&node);
+    observer.delete(&path).unwrap();
+    assert_eq!(
+        heard.recv_timeout(SOON).unwrap(),
+        NodeEvent::Created(path.clone())
+    );
+    node.close();
+    assert!(gone(&observer, &path));
+}
+
+/// Where the node cannot be made (no right to create under its parent), the listeners hear
+/// why, and the first creation does not come.
+#[test]
+fn a_node_that_may_not_be_made_tells_its_listeners_why() {
+    let path = root("node-no-auth");
+    let observer = client();
+    observer
+        .create_with_acl(
+            &path,
+            b"",
+            CreateMode::Persistent,
+            &zk_recipes::acl::read_only(),
+        )
+        .unwrap();
+    let node = PersistentNode::new(
+        &observer,
+        &format!("{path}/child"),
+        NodeMode::Ephemeral,
+        b"",
+    )
+    .unwrap();
+    let heard = events(&node);
+    node.start().unwrap();
+    match heard.recv_timeout(SOON).unwrap() {
+        NodeEvent::Failed(e) => assert!(e.is_code(zk_recipes::ZkCode::NoAuth), "{e}"),
+        other => panic!("heard {other:?}"),
+    }
+    assert!(!node.wait_for_initial_create(Duration::ZERO).unwrap());
+}
+
+/// A TTL node outlives its TTL while the recipe touches its child, and expires once closed.
+#[test]
+fn a_ttl_node_lives_past_its_ttl_while_kept_and_expires_once_closed() {
+    let server = TestingServer::with_options(ServerOptions {
+        extended_types: true,
+        container_check_interval: Some(Duration::from_millis(100)),
+        ..server_options()
+    })
+    .unwrap();
+    let owner = connect(&server.connect_string(), Duration::from_secs(10));
+    let path = "/node-ttl";
+    let ttl = Duration::from_millis(600);
+    let node = Arc::new(
+        PersistentNode::new(&owner, path, NodeMode::PersistentWithTtl(ttl), b"kept").unwrap(),
+    );
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    // Six touches of the child, each a data change we hear: well past the TTL, which the node
+    // would not have outlived untouched (the server checks every 100 ms).
+    let touch = format!("{path}/{TTL_TOUCH_NODE}");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut touches = 0;
+    while touches < 6 {
+        match owner.exists_watch(&touch, &tx).unwrap() {
+            Some(_) => match rx.recv_timeout(SOON).expect("no touch").kind {
+                WatchKind::DataChanged => touches += 1,
+                WatchKind::Deleted => panic!("the touch node expired"),
+                _ => {}
+            },
+            None => {
+                rx.recv_timeout(SOON).expect("the touch node never came");
+            }
+        }
+    }
+    assert!(
+        owner.exists(path).unwrap().is_some(),
+        "the node expired while kept"
+    );
+    node.close();
+    assert!(gone(&owner, path), "the node did not expire once closed");
+}
