@@ -635,3 +635,59 @@ fn closing_a_selector_that_waits_its_turn_returns_within_its_bound() {
     .expect("the closed selector's node stayed");
     leading.close();
 }
+
+/// `close()` of a selector that waits its turn returns within `leader::CLOSE_WAIT` (plus
+/// `EPSILON`) also when its server cannot be reached: the removal of its node in line is
+/// left to the client's janitor or the session's end, not waited for up to the connection
+/// timeout.
+#[rstest]
+fn closing_a_waiting_selector_whose_server_is_unreachable_returns_within_its_bound(
+    #[values(Fault::Refused, Fault::Silent)] fault: Fault,
+) {
+    use zk_recipes::leader::LeaderSelector;
+    let path = root(&format!("deadline-close-waiting-unreachable-{fault:?}"));
+    let first = connect(&server().connect_string(), Duration::from_secs(10));
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let second = builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(Duration::from_millis(100))
+        .connect()
+        .unwrap();
+    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
+    let leading = LeaderSelector::new(&first, &path, "a", move |ctx| {
+        let _ = led_tx.send(());
+        crossbeam_channel::select! {
+            recv(ctx.lost()) -> _ => {}
+            recv(ctx.interrupted()) -> _ => {}
+        }
+    })
+    .unwrap();
+    leading.start().unwrap();
+    led_rx.recv_timeout(SOON).expect("the first selector leads");
+    let waiting = LeaderSelector::new(&second, &path, "b", |_| {}).unwrap();
+    waiting.start().unwrap();
+    // In line, and watching the leader's node.
+    wait_for(SOON, || {
+        (first.children(&path).ok()?.len() == 2 && second.testing_watch_count() > 0).then_some(())
+    })
+    .expect("the second selector never queued");
+    match fault {
+        Fault::Refused => proxy.refuse(),
+        Fault::Silent => proxy.blackhole(),
+    }
+    let (closed_tx, closed_rx) = crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        waiting.close();
+        let _ = closed_tx.send(started.elapsed());
+    });
+    let took = closed_rx
+        .recv_timeout(SOON)
+        .expect("close() of a waiting selector never returned");
+    assert!(
+        took <= zk_recipes::leader::CLOSE_WAIT + EPSILON,
+        "{fault:?}: close() returned after {took:?}"
+    );
+    proxy.heal();
+    leading.close();
+}

@@ -356,6 +356,10 @@ impl LockCore {
             &mut node, rule, deadline, wait, &states, &token, cancel, &wake,
         );
         self.keep_listening(states, wake, line_watched);
+        // Leaving the line is bounded by the caller's deadline; a cancellable acquire that has
+        // none (a selector being closed) waits at most MIN_ATTEMPT for its node's removal:
+        // whoever cancels is owed a prompt return, and the client's janitor finishes it.
+        let leave_by = deadline.or_else(|| cancel.map(|_| Instant::now() + MIN_ATTEMPT));
         match turn {
             Ok(true) => {
                 let Some(token) = self.hold_token(&node, token) else {
@@ -370,12 +374,12 @@ impl LockCore {
                 Ok(Some(self.lease(node, token)))
             }
             Ok(false) => {
-                self.leave(&node, deadline);
+                self.leave(&node, leave_by);
                 self.counters.timed_out();
                 Ok(None)
             }
             Err(e) => {
-                self.leave(&node, deadline);
+                self.leave(&node, leave_by);
                 if matches!(e, Error::SessionLost { .. }) {
                     self.counters.lost();
                 }
