@@ -21,8 +21,9 @@
 //! thread preempted at that instant while its predecessor leaves (the seed article's race).
 //! The stop is written down (`S <from> <to>`) and counts as a pause of the process. If the
 //! waiter is then first in line, its turn has come: it writes `P <when>`, and the checker
-//! expects it to hold the lock next (an `A`), unless its acquire failed (`F`) or had less than
-//! a second left.
+//! expects it to hold the lock next (an `A`), unless its acquire failed (`F`), had less than
+//! a second left, met a change of its client's state (`C <when> <state>`) or a pause of its
+//! process.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
@@ -144,22 +145,7 @@ pub fn worker() -> ! {
         asking: Mutex::new(()),
         gated: recipe != "semaphore-v2x2",
     });
-    let client = loop {
-        let mut builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
-            .session_timeout(SESSION)
-            .tick_time(TICK)
-            .connection_timeout(Duration::from_secs(30));
-        if let Ok(ca) = std::env::var("ZKR_JEPSEN_CA") {
-            let (user, password) = super::SASL_USER;
-            builder = builder
-                .tls(zk_recipes::TlsOptions::new(ca))
-                .sasl_digest(user, password);
-        }
-        match builder.connect() {
-            Ok(c) => break c,
-            Err(e) => log::warn!("worker {id}: connect: {e}"),
-        }
-    };
+    let client = connect(&id, SESSION);
     let scratch = format!("{path}-scratch/{id}");
     while let Err(e) = client.ensure_path(&scratch) {
         log::warn!("worker {id}: scratch node: {e}");
@@ -433,16 +419,51 @@ fn zombie_write(ctx: &Ctx, token: i64, acquired: u64) {
     });
 }
 
+/// A client of the worker's, through its proxies (a new session each time it connects).
+fn connect(id: &str, session: Duration) -> Client {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    loop {
+        let mut builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
+            .session_timeout(session)
+            .tick_time(TICK)
+            .connection_timeout(Duration::from_secs(30));
+        if let Ok(ca) = std::env::var("ZKR_JEPSEN_CA") {
+            let (user, password) = super::SASL_USER;
+            builder = builder
+                .tls(zk_recipes::TlsOptions::new(ca))
+                .sasl_digest(user, password);
+        }
+        match builder.connect() {
+            Ok(c) => return c,
+            Err(e) => log::warn!("worker {id}: connect: {e}"),
+        }
+    }
+}
+
 /// Lock options whose waiters now and then stop right after their watch is set (see the
-/// module's doc), with a generator of their own drawn from `seed`.
+/// module's doc), with a generator of their own drawn from `seed`. The node ahead is watched,
+/// and the line read, by an observer: a client of its own session, so that its watch can
+/// neither stand in for the lock's (a wake-up the lock's client would hear only because the
+/// observer asked) nor change what the lock's client reads. Every state change of the lock's
+/// client is written down (`C <when>`): a turn that meets one is excused, as it may cost the
+/// waiter the round trips its patience had left.
 fn turn_pauses(ctx: &Ctx, seed: u64) -> LockOptions {
+    let observer = connect("observer", Duration::from_secs(10));
+    let states = ctx.client.subscribe();
+    let records = ctx.records.clone();
+    // Not joined: it ends with the process.
+    let _ = thread::Builder::new().name("states".into()).spawn(move || {
+        while let Ok(e) = states.receiver().recv() {
+            records.line(format!("C {} {:?}", mono(), e.state));
+        }
+    });
     let (ctx, rng) = (
         ctx.clone(),
         Mutex::new(fastrand::Rng::with_seed(seed ^ 0x7475726e)),
     );
     LockOptions::new().testing_after_watch_set(move |watched| {
         if rng.lock().u32(0..4) == 0 {
-            pause_until_gone(&ctx, watched);
+            pause_until_gone(&ctx, &observer, watched);
         }
     })
 }
@@ -452,13 +473,13 @@ fn sequence(name: &str) -> Option<u64> {
     name.get(name.len().checked_sub(10)?..)?.parse().ok()
 }
 
-/// Stops the waiter's thread until `watched` is gone (at most 3 s: the longest patience),
-/// then writes `P <when>` if our node is first in line: the lock is free and ours to take.
-/// The stop is written down as a pause (`S <from> <to>`): the acquire's deadline may pass
-/// meanwhile, as it may for a process stopped.
-fn pause_until_gone(ctx: &Ctx, watched: &str) {
+/// Stops the waiter's thread until `watched` is gone (a wait of at most 3 s, and three calls
+/// of at most 1 s each), then writes `P <when>` if our node is first in line: the lock is
+/// free and ours to take. The stop is written down as a pause (`S <from> <to>`): the
+/// acquire's deadline may pass meanwhile, as it may for a process stopped.
+fn pause_until_gone(ctx: &Ctx, observer: &Client, watched: &str) {
     let from = mono();
-    let turn = turn_after(ctx, watched);
+    let turn = turn_after(ctx, observer, watched);
     let to = mono();
     ctx.records.line(format!("S {from} {to}"));
     if turn {
@@ -467,10 +488,12 @@ fn pause_until_gone(ctx: &Ctx, watched: &str) {
 }
 
 /// Waits until `watched` is gone (at most 3 s); true if our node is then first in line.
-fn turn_after(ctx: &Ctx, watched: &str) -> bool {
-    let client = ctx.client.with_timeout(Duration::from_secs(1));
+fn turn_after(ctx: &Ctx, observer: &Client, watched: &str) -> bool {
+    let client = observer.with_timeout(Duration::from_secs(1));
     let (tx, rx) = crossbeam_channel::unbounded();
     if !matches!(client.exists_watch(watched, &tx), Ok(Some(_))) {
+        // Gone already (or not looked at): the watch a missing node leaves is taken back.
+        let _ = client.remove_watch(watched, &tx);
         return false;
     }
     let gone = loop {
@@ -509,7 +532,7 @@ fn turn_after(ctx: &Ctx, watched: &str) -> bool {
                     .ok()
                     .flatten()
                     .is_some_and(|stat| {
-                        Some(stat.ephemeral_owner) == client.session_id().map(|s| s.0)
+                        Some(stat.ephemeral_owner) == ctx.client.session_id().map(|s| s.0)
                     })
         })
 }
