@@ -538,7 +538,7 @@ fn a_waiter_that_watched_two_nodes_in_turn_and_gives_up_leaves_no_watcher_behind
     let mutex = InterProcessMutex::with_options(&third, &path, options).unwrap();
     let third_in_line = thread::spawn(move || {
         mutex
-            .try_acquire_for(Duration::from_secs(5))
+            .try_acquire_for(Duration::from_secs(10))
             .map(|g| g.is_some())
     });
     let on_second = watched_rx.recv_timeout(SOON).expect("no first watch");

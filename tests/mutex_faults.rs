@@ -599,7 +599,8 @@ fn a_waiter_whose_look_at_the_line_breaks_while_its_session_lives_is_told_connec
             let _ = watching_tx.lock().unwrap().send(());
         });
     let mutex = InterProcessMutex::with_options(&waiter, &path, options).unwrap();
-    let waiting = thread::spawn(move || mutex.acquire().map(drop));
+    // Bounded, so that a regression fails the test rather than hanging it.
+    let waiting = thread::spawn(move || mutex.try_acquire_for(SOON).map(|g| g.is_some()));
     watching_rx
         .recv_timeout(SOON)
         .expect("the waiter never watched the holder");
@@ -607,8 +608,12 @@ fn a_waiter_whose_look_at_the_line_breaks_while_its_session_lives_is_told_connec
     // then the connection breaks under it and no new one is let in for a while.
     proxy.hold_requests();
     drop(held);
-    wait_for(SOON, || (proxy.held_requests() > 0).then_some(()))
-        .expect("no listing went out on the holder's deletion");
+    // The holder's deletion was heard (the watch fired, and with it went the listing), and
+    // the listing is held: a ping alone would not do.
+    wait_for(SOON, || {
+        (waiter.testing_watch_count() == 0 && proxy.held_requests() > 0).then_some(())
+    })
+    .expect("no listing went out on the holder's deletion");
     proxy.refuse();
     let told = waiting.join().unwrap();
     assert!(
@@ -652,7 +657,8 @@ fn a_waiter_whose_connection_came_back_before_it_waited_looks_at_the_line_again(
         })
     };
     let mutex = InterProcessMutex::with_options(&waiter, &path, options).unwrap();
-    let waiting = thread::spawn(move || mutex.acquire().map(drop));
+    // Bounded, so that a regression fails the test rather than hanging it.
+    let waiting = thread::spawn(move || mutex.try_acquire_for(SOON).map(|g| g.is_some()));
     watching_rx
         .recv_timeout(SOON)
         .expect("the waiter never watched the holder");
@@ -667,6 +673,6 @@ fn a_waiter_whose_connection_came_back_before_it_waited_looks_at_the_line_again(
         .recv_timeout(SOON)
         .expect("the waiter did not look at the line again after its connection came back");
     drop(held);
-    waiting.join().unwrap().unwrap();
+    assert!(waiting.join().unwrap().unwrap(), "the waiter did not take the lock");
     assert_eq!(sets.load(Ordering::SeqCst), 2);
 }
