@@ -4,6 +4,8 @@
 //! - [`InterProcessReadWriteLock`]: shared readers, exclusive writers, downgrade.
 //! - [`InterProcessSemaphoreV2`] and [`InterProcessSemaphoreMutex`]: N leases, and the
 //!   non-reentrant one-lease mutex built on them.
+//! - [`InterProcessMultiLock`]: several locks of any of these kinds, all or none, in one
+//!   global order.
 //! - [`FencingGate`]: lets a protected resource refuse a holder that lost its lock.
 //! - `HerdLock` (feature `testing`): the naive lock of the early articles, a baseline for the
 //!   benches only.
@@ -21,6 +23,7 @@ mod herd;
 mod inspect;
 mod lease;
 mod metrics;
+mod multi;
 mod mutex;
 pub(crate) mod names;
 mod revocation;
@@ -38,6 +41,7 @@ pub use self::herd::{HerdGuard, HerdLock};
 pub use self::inspect::{inspect, HoldKind, LineEntry};
 pub use self::lease::{Lease, RunError};
 pub use self::metrics::{LockMetrics, Timing};
+pub use self::multi::{InterProcessMultiLock, LockSpec, MultiLockGuard};
 pub use self::mutex::{InterProcessMutex, InterProcessMutexGuard};
 pub use self::names::session_of;
 pub use self::revocation::{revoke, REVOKE_MESSAGE};
