@@ -43,8 +43,12 @@ fn driver() -> Option<&'static PathBuf> {
         // Cargo's own scratch space for tests, so nothing is left in the system temp dir.
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-driver");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let sources = ["CuratorLockDriver.java", "CuratorBarrierDriver.java"]
-            .map(|f| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/").to_string() + f);
+        let sources = [
+            "CuratorLockDriver.java",
+            "CuratorBarrierDriver.java",
+            "CuratorGroupDriver.java",
+        ]
+        .map(|f| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/").to_string() + f);
         let status = Command::new("javac")
             .args(["-cp", JARS, "-d"])
             .arg(&dir)
@@ -179,8 +183,13 @@ impl Java {
 
     /// Lets a `hold_ms = -1` driver release its current round.
     fn release(&mut self) {
+        self.say("go");
+    }
+
+    /// Writes `line` to the driver's standard input.
+    fn say(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin");
-        writeln!(stdin, "go").unwrap();
+        writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
     }
 
@@ -567,4 +576,39 @@ fn a_barrier_set_on_one_side_holds_the_other_side_until_removed() {
     barrier.remove_barrier().unwrap();
     let passed = stamp(&java.wait("PASSED"));
     assert!(passed >= removed, "the Curator waiter passed a set barrier");
+}
+
+/// A Curator `GroupMember` and ours see each other (same nodes: `<path>/<id>`, the payload as
+/// data), also as one leaves.
+#[test]
+fn curator_and_rust_group_members_see_each_other() {
+    use zk_recipes::nodes::GroupMember;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-group");
+    let connect = server().connect_string();
+    let mut java = Java::run(
+        dir,
+        "CuratorGroupDriver",
+        &[&connect, &path, "curator", "pj"],
+    );
+    java.wait("READY");
+    let ours = client();
+    let me = GroupMember::new(&ours, &path, "rust", b"pr").unwrap();
+    me.start().unwrap();
+    assert!(me.wait_joined(SOON).unwrap());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    while !me.watch_members(&tx).unwrap().contains_key("curator") {
+        rx.recv_timeout(SOON)
+            .expect("the Curator member never showed");
+    }
+    assert_eq!(me.current_members().unwrap()["curator"], b"pj");
+    java.say("2");
+    assert_eq!(java.wait("MEMBERS"), "MEMBERS curator=pj,rust=pr");
+    // Curator's member leaves: ours sees it go.
+    java.say("");
+    java.wait("CLOSED");
+    while me.watch_members(&tx).unwrap().contains_key("curator") {
+        rx.recv_timeout(SOON)
+            .expect("the Curator member never left");
+    }
 }

@@ -270,3 +270,59 @@ fn a_ttl_node_lives_past_its_ttl_while_kept_and_expires_once_closed() {
     node.close();
     assert!(gone(&owner, path), "the node did not expire once closed");
 }
+
+#[test]
+fn members_see_each_other_join_change_and_leave() {
+    use zk_recipes::nodes::GroupMember;
+    let path = root("group-basic");
+    let (first, second) = (client(), client());
+    let a = GroupMember::new(&first, &path, "a", b"pa").unwrap();
+    // Before joining, a member lists itself.
+    assert_eq!(
+        a.current_members().unwrap().into_iter().collect::<Vec<_>>(),
+        [("a".to_string(), b"pa".to_vec())]
+    );
+    a.start().unwrap();
+    assert!(a.wait_joined(SOON).unwrap());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert_eq!(a.watch_members(&tx).unwrap().len(), 1);
+    let b = GroupMember::new(&second, &path, "b", b"pb").unwrap();
+    b.start().unwrap();
+    assert!(b.wait_joined(SOON).unwrap());
+    rx.recv_timeout(SOON).expect("no news of the join");
+    let seen = a.watch_members(&tx).unwrap();
+    assert_eq!(seen.get("b").map(Vec::as_slice), Some(&b"pb"[..]));
+    assert_eq!(b.current_members().unwrap(), seen);
+    b.set_this_data(b"pb2").unwrap();
+    assert_eq!(a.current_members().unwrap()["b"], b"pb2");
+    b.close();
+    rx.recv_timeout(SOON).expect("no news of the leave");
+    assert_eq!(
+        a.current_members().unwrap().keys().collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert!(GroupMember::new(&first, &path, "x/y", b"").is_err());
+}
+
+#[test]
+fn a_member_whose_session_is_lost_joins_again() {
+    use zk_recipes::nodes::GroupMember;
+    let f = faulty();
+    let member_client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let me = GroupMember::new(&member_client, "/group-session", "me", b"x").unwrap();
+    me.start().unwrap();
+    assert!(me.wait_joined(SOON).unwrap());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    expire_and_renew(&f, &member_client);
+    // Gone with the session, then back on the next.
+    loop {
+        match observer.exists_watch("/group-session/me", &tx).unwrap() {
+            Some(stat) if stat.ephemeral_owner == member_client.session_id().unwrap().0 => break,
+            _ => {
+                rx.recv_timeout(SOON)
+                    .expect("the member never joined again");
+            }
+        }
+    }
+}
