@@ -593,17 +593,7 @@ fn closing_a_selector_that_waits_its_turn_returns_within_its_bound() {
         connect(&server().connect_string(), Duration::from_secs(10)),
         connect(&server().connect_string(), Duration::from_secs(10)),
     );
-    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
-    let leading = LeaderSelector::new(&first, &path, "a", move |ctx| {
-        let _ = led_tx.send(());
-        crossbeam_channel::select! {
-            recv(ctx.lost()) -> _ => {}
-            recv(ctx.interrupted()) -> _ => {}
-        }
-    })
-    .unwrap();
-    leading.start().unwrap();
-    led_rx.recv_timeout(SOON).expect("the first selector leads");
+    let leading = leading_selector(&first, &path);
     let (second_led_tx, second_led_rx) = crossbeam_channel::bounded(1);
     let waiting = LeaderSelector::new(&second, &path, "b", move |_| {
         let _ = second_led_tx.send(());
@@ -653,17 +643,7 @@ fn closing_a_waiting_selector_whose_server_is_unreachable_returns_within_its_bou
         .tick_time(Duration::from_millis(100))
         .connect()
         .unwrap();
-    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
-    let leading = LeaderSelector::new(&first, &path, "a", move |ctx| {
-        let _ = led_tx.send(());
-        crossbeam_channel::select! {
-            recv(ctx.lost()) -> _ => {}
-            recv(ctx.interrupted()) -> _ => {}
-        }
-    })
-    .unwrap();
-    leading.start().unwrap();
-    led_rx.recv_timeout(SOON).expect("the first selector leads");
+    let leading = leading_selector(&first, &path);
     let waiting = LeaderSelector::new(&second, &path, "b", |_| {}).unwrap();
     waiting.start().unwrap();
     // In line, and watching the leader's node.
@@ -690,4 +670,20 @@ fn closing_a_waiting_selector_whose_server_is_unreachable_returns_within_its_bou
     );
     proxy.heal();
     leading.close();
+}
+
+/// A selector at `path` that leads (it has said so) until it is closed or loses its lease.
+fn leading_selector(client: &Client, path: &str) -> zk_recipes::leader::LeaderSelector {
+    let (led_tx, led_rx) = crossbeam_channel::bounded(1);
+    let leading = zk_recipes::leader::LeaderSelector::new(client, path, "a", move |ctx| {
+        let _ = led_tx.send(());
+        crossbeam_channel::select! {
+            recv(ctx.lost()) -> _ => {}
+            recv(ctx.interrupted()) -> _ => {}
+        }
+    })
+    .unwrap();
+    leading.start().unwrap();
+    led_rx.recv_timeout(SOON).expect("the first selector leads");
+    leading
 }

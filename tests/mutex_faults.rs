@@ -673,6 +673,9 @@ fn a_waiter_whose_connection_came_back_before_it_waited_looks_at_the_line_again(
         .recv_timeout(SOON)
         .expect("the waiter did not look at the line again after its connection came back");
     drop(held);
-    assert!(waiting.join().unwrap().unwrap(), "the waiter did not take the lock");
+    assert!(
+        waiting.join().unwrap().unwrap(),
+        "the waiter did not take the lock"
+    );
     assert_eq!(sets.load(Ordering::SeqCst), 2);
 }

@@ -126,23 +126,33 @@ impl DistributedDoubleBarrier {
     /// What a call meets that is not a connection problem the client rides out (`NoAuth`,
     /// `Closed`, ...); this member is out again then.
     pub fn enter_until(&self, deadline: Instant) -> Result<bool> {
-        let mut watching = Watching::new(&self.core);
-        let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
-        let entered = loop {
-            match self.enter_step(&mut watching, looks) {
-                Ok(Step::Done(done)) => break Ok(done),
-                Ok(Step::Again) => {}
-                Ok(Step::Wait) => match watching.wait(deadline) {
-                    Ok(true) => {}
-                    other => break other,
-                },
-                Err(e) => break Err(e),
-            }
-        };
+        let entered = self.until_done(deadline, Self::enter_step);
         if !matches!(entered, Ok(true)) {
             self.drop_own_node();
         }
         entered
+    }
+
+    /// Looks with `step`, and waits between looks, until a look says it is done or the
+    /// deadline passes (each look's calls get at least `MIN_ATTEMPT`).
+    fn until_done(
+        &self,
+        deadline: Instant,
+        step: impl Fn(&Self, &mut Watching<'_>, Instant) -> Result<Step>,
+    ) -> Result<bool> {
+        let mut watching = Watching::new(&self.core);
+        let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
+        loop {
+            match step(self, &mut watching, looks)? {
+                Step::Done(done) => return Ok(done),
+                Step::Again => {}
+                Step::Wait => {
+                    if !watching.wait(deadline)? {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
     }
 
     /// One look: `ready` watched first (the last member to enter creates it, and its
@@ -188,19 +198,7 @@ impl DistributedDoubleBarrier {
     /// # Errors
     /// As [`enter_until`](Self::enter_until).
     pub fn leave_until(&self, deadline: Instant) -> Result<bool> {
-        let mut watching = Watching::new(&self.core);
-        let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
-        let left = loop {
-            match self.leave_step(&mut watching, looks) {
-                Ok(Step::Done(done)) => break Ok(done),
-                Ok(Step::Again) => {}
-                Ok(Step::Wait) => match watching.wait(deadline) {
-                    Ok(true) => {}
-                    other => break other,
-                },
-                Err(e) => break Err(e),
-            }
-        };
+        let left = self.until_done(deadline, Self::leave_step);
         self.drop_own_node();
         let client = self
             .core

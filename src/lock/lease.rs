@@ -176,12 +176,7 @@ impl Lease {
     /// valid after it. When the check after fails, the result comes back in
     /// [`RunError::Expired`], so the caller can undo what the work did.
     pub fn run<T>(&self, work: impl FnOnce() -> T) -> std::result::Result<T, RunError<T>> {
-        self.check().map_err(RunError::NotRun)?;
-        let output = work();
-        match self.check() {
-            Ok(()) => Ok(output),
-            Err(error) => Err(RunError::Expired { output, error }),
-        }
+        run_checked(|| self.check(), work)
     }
 
     /// A number that grows with every new holder of this lock, across the ensemble: the
@@ -218,5 +213,19 @@ impl Lease {
     /// How long the hold has lasted.
     pub fn held_for(&self) -> Duration {
         self.acquired_at.elapsed()
+    }
+}
+
+/// Runs `work` if `check` passes, and returns its result only if `check` still passes after
+/// it (the rule of [`Lease::run`], for one hold or a set of them).
+pub(crate) fn run_checked<T>(
+    check: impl Fn() -> Result<()>,
+    work: impl FnOnce() -> T,
+) -> std::result::Result<T, RunError<T>> {
+    check().map_err(RunError::NotRun)?;
+    let output = work();
+    match check() {
+        Ok(()) => Ok(output),
+        Err(error) => Err(RunError::Expired { output, error }),
     }
 }

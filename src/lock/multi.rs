@@ -278,12 +278,7 @@ impl MultiLockGuard<'_> {
     /// Runs `work` if every hold is valid, and returns its result only if every hold is still
     /// valid after it (see [`Lease::run`]).
     pub fn run<T>(&self, work: impl FnOnce() -> T) -> std::result::Result<T, RunError<T>> {
-        self.check().map_err(RunError::NotRun)?;
-        let output = work();
-        match self.check() {
-            Ok(()) => Ok(output),
-            Err(error) => Err(RunError::Expired { output, error }),
-        }
+        super::lease::run_checked(|| self.check(), work)
     }
 
     /// Each hold's fencing token with its lock node, in the order taken: give each to the
