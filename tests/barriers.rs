@@ -40,21 +40,27 @@ fn a_barrier_holds_its_waiters_until_it_is_removed_and_an_unset_one_holds_no_one
     assert!(barrier.is_set().unwrap());
     // Set: a waiter's deadline passes.
     assert!(!barrier.wait_on_barrier(Duration::from_millis(200)).unwrap());
-    let waiting = Arc::new(AtomicUsize::new(0));
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let (path, waiting) = (path.clone(), waiting.clone());
+    let clients: Vec<Client> = (0..3).map(|_| client()).collect();
+    let waiters: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let (path, c) = (path.clone(), c.clone());
             thread::spawn(move || {
-                let c = client();
                 let b = DistributedBarrier::new(&c, &path).unwrap();
-                waiting.fetch_add(1, Ordering::SeqCst);
                 let passed = b.wait_on_barrier(SOON).unwrap();
                 (passed, c.testing_watch_count())
             })
         })
         .collect();
-    wait_for(SOON, || (waiting.load(Ordering::SeqCst) == 3).then_some(()))
-        .expect("waiters never started");
+    // Every waiter watches the node before it goes: they pass on its deletion, not on a
+    // first look.
+    wait_for(SOON, || {
+        clients
+            .iter()
+            .all(|c| c.testing_watch_count() == 1)
+            .then_some(())
+    })
+    .expect("waiters never watched");
     barrier.remove_barrier().unwrap();
     barrier.remove_barrier().unwrap();
     for w in waiters {
@@ -277,4 +283,63 @@ fn a_member_whose_session_is_lost_while_it_leaves_has_left() {
     }
     assert!(lost_leaving.join().unwrap().unwrap());
     assert!(members(&others[0], path).is_empty());
+}
+
+/// A double barrier used round after round: a member whose leave is slow to hear that the
+/// round is over (its answers held back) must not take the next round's first node for one
+/// of its own round's, or both rounds wait for each other until their deadlines.
+#[test]
+fn a_late_leaver_does_not_wait_for_the_next_round() {
+    let path = root("double-rounds");
+    let observer = client();
+    // Sessions made later have larger ids, and a member's name begins with its session's: the
+    // early member's name is the lower, so it is the one that leaves last.
+    let early_client = client();
+    let proxy = FaultProxy::start(server().addr()).unwrap();
+    let late_client = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let late = Arc::new(DistributedDoubleBarrier::new(&late_client, &path, 2).unwrap());
+    let early = Arc::new(DistributedDoubleBarrier::new(&early_client, &path, 2).unwrap());
+    let entering = {
+        let late = late.clone();
+        thread::spawn(move || late.enter(SOON))
+    };
+    assert!(early.enter(SOON).unwrap());
+    assert!(entering.join().unwrap().unwrap());
+    assert!(
+        early.node_path() < late.node_path(),
+        "the early member is not the lowest"
+    );
+    let late_leaving = {
+        let late = late.clone();
+        thread::spawn(move || late.leave(SOON))
+    };
+    // The late member has deleted its node and waits for the lowest; its answers are then
+    // held back.
+    let late_node = late.node_path();
+    wait_for(SOON, || {
+        (late.node_path().is_none() && late_client.testing_watch_count() > 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the late member never began to leave ({late_node:?})"));
+    proxy.hold_replies();
+    assert!(early.leave(SOON).unwrap());
+    // The next round begins: the early member's new node is alone in line.
+    let next_round = {
+        let early = early.clone();
+        thread::spawn(move || early.enter(SOON))
+    };
+    wait_for(SOON, || {
+        (members(&observer, &path).len() == 1).then_some(())
+    })
+    .expect("the next round never began");
+    proxy.heal();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = done_tx.send(late_leaving.join().unwrap());
+    });
+    let left = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the late member's leave waited for the next round");
+    assert!(left.unwrap());
+    assert!(late.enter(SOON).unwrap());
+    assert!(next_round.join().unwrap().unwrap());
 }

@@ -561,8 +561,9 @@ fn a_barrier_set_on_one_side_holds_the_other_side_until_removed() {
             (passed, micros())
         })
     };
-    let removed = micros();
-    Java::run(dir, "CuratorBarrierDriver", &[&connect, "remove", &path]).wait("DONE");
+    let mut remover = Java::run(dir, "CuratorBarrierDriver", &[&connect, "remove", &path]);
+    let removed = stamp(&remover.wait("REMOVING"));
+    remover.wait("DONE");
     let (passed, at) = waiting.join().unwrap();
     assert!(passed.unwrap());
     assert!(at >= removed, "the Rust waiter passed a set barrier");

@@ -15,6 +15,14 @@ fn client() -> Client {
     connect(&server().connect_string(), Duration::from_secs(10))
 }
 
+/// True if `path` has no children (or is gone: lock paths are containers the server reaps).
+fn empty(c: &Client, path: &str) -> bool {
+    match c.children(path) {
+        Ok(children) => children.is_empty(),
+        Err(e) => e.is_no_node(),
+    }
+}
+
 /// Two multi-locks over the same two paths, given in opposite orders, taken 40 times each by
 /// their own threads: with the locks taken in the given order they could each hold one and
 /// wait for the other for ever; in the global order they never do, and never hold at once.
@@ -62,8 +70,7 @@ fn a_set_that_cannot_be_had_by_its_deadline_leaves_nothing_held() {
         .try_acquire_for(Duration::from_millis(300))
         .unwrap()
         .is_none());
-    wait_for(SOON, || ours.children(&a).ok()?.is_empty().then_some(()))
-        .expect("the first lock's node stayed");
+    wait_for(SOON, || empty(&ours, &a).then_some(())).expect("the first lock's node stayed");
     let first = InterProcessMutex::new(&other, &a).unwrap();
     assert!(
         first.try_acquire().unwrap().is_some(),
@@ -121,10 +128,8 @@ fn a_held_set_excludes_each_of_its_locks_and_is_lost_with_any_of_them() {
     );
     // Every node of the set goes (the semaphore's leases sit under its `leases` child).
     for line in [a.clone(), format!("{b}/leases"), c.clone()] {
-        wait_for(SOON, || {
-            other.children(&line).ok()?.is_empty().then_some(())
-        })
-        .unwrap_or_else(|| panic!("a node of the set stayed in {line}"));
+        wait_for(SOON, || empty(&other, &line).then_some(()))
+            .unwrap_or_else(|| panic!("a node of the set stayed in {line}"));
     }
     assert!(InterProcessMultiLock::new(&ours, &[]).is_err());
     assert!(InterProcessMultiLock::new(&ours, &[&a, &a]).is_err());

@@ -326,3 +326,48 @@ fn a_member_whose_session_is_lost_joins_again() {
         }
     }
 }
+
+/// Watching a group that does not exist yet hears the first member join.
+#[test]
+fn watching_a_group_not_made_yet_hears_the_first_join() {
+    use zk_recipes::nodes::GroupMember;
+    let path = root("group-empty");
+    let (first, second) = (client(), client());
+    let watcher = GroupMember::new(&first, &path, "watcher", b"").unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    assert_eq!(watcher.watch_members(&tx).unwrap().len(), 1);
+    let joining = GroupMember::new(&second, &path, "joining", b"j").unwrap();
+    joining.start().unwrap();
+    rx.recv_timeout(SOON).expect("no news of the first join");
+    loop {
+        if watcher.watch_members(&tx).unwrap().contains_key("joining") {
+            break;
+        }
+        rx.recv_timeout(SOON).expect("the member never showed");
+    }
+}
+
+/// `close()` returns within `nodes::CLOSE_WAIT` also while the node's thread is in the middle
+/// of a look that cannot be answered (its link refused; the data just set).
+#[test]
+fn closing_a_node_whose_link_is_refused_returns_within_its_bound() {
+    let path = root("node-close-refused");
+    let proxy = zk_recipes::testing::FaultProxy::start(server().addr()).unwrap();
+    let owner = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let node = PersistentNode::new(&owner, &path, NodeMode::Ephemeral, b"x").unwrap();
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    let states = owner.subscribe();
+    proxy.refuse();
+    next_state(&states, zk_recipes::ConnectionState::Suspended);
+    // Not connected: the thread is woken to write it, and looks while the link is refused.
+    node.set_data(b"y").unwrap();
+    let started = std::time::Instant::now();
+    node.close();
+    let took = started.elapsed();
+    assert!(
+        took <= zk_recipes::nodes::CLOSE_WAIT + Duration::from_millis(500),
+        "close() returned after {took:?}"
+    );
+    proxy.heal();
+}

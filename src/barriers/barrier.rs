@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::watching::Watching;
 use crate::lock::core::LockCore;
 use crate::lock::MIN_ATTEMPT;
-use crate::{paths, Client, CreateMode, Error, LockOptions, Result};
+use crate::{Client, CreateMode, Error, LockOptions, Result};
 
 /// A gate held shut by one persistent node at its path: while the node exists, waiters wait;
 /// once it is removed, every waiter passes. Apache Curator's `DistributedBarrier`, same node.
@@ -61,10 +61,7 @@ impl DistributedBarrier {
     /// no error.
     pub fn set_barrier(&self) -> Result<()> {
         let client = &self.core.client;
-        if let Some(parent) = paths::parent(&self.core.path).filter(|p| *p != "/") {
-            client.ensure_lock_path(parent, client.default_acl())?;
-        }
-        match client.create(&self.core.path, &[], CreateMode::Persistent) {
+        match client.create_under_containers(&self.core.path, &[], CreateMode::Persistent) {
             Err(e) if !e.is_node_exists() => Err(e),
             _ => Ok(()),
         }

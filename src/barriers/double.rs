@@ -1,5 +1,6 @@
 //! A party that enters and leaves together (Curator's `DistributedDoubleBarrier`).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -126,7 +127,7 @@ impl DistributedDoubleBarrier {
     /// What a call meets that is not a connection problem the client rides out (`NoAuth`,
     /// `Closed`, ...); this member is out again then.
     pub fn enter_until(&self, deadline: Instant) -> Result<bool> {
-        let entered = self.until_done(deadline, Self::enter_step);
+        let entered = self.until_done(deadline, |watching, looks| self.enter_step(watching, looks));
         if !matches!(entered, Ok(true)) {
             self.drop_own_node();
         }
@@ -138,12 +139,12 @@ impl DistributedDoubleBarrier {
     fn until_done(
         &self,
         deadline: Instant,
-        step: impl Fn(&Self, &mut Watching<'_>, Instant) -> Result<Step>,
+        mut step: impl FnMut(&mut Watching<'_>, Instant) -> Result<Step>,
     ) -> Result<bool> {
         let mut watching = Watching::new(&self.core);
         let looks = deadline.max(Instant::now() + MIN_ATTEMPT);
         loop {
-            match step(self, &mut watching, looks)? {
+            match step(&mut watching, looks)? {
                 Step::Done(done) => return Ok(done),
                 Step::Again => {}
                 Step::Wait => {
@@ -198,7 +199,10 @@ impl DistributedDoubleBarrier {
     /// # Errors
     /// As [`enter_until`](Self::enter_until).
     pub fn leave_until(&self, deadline: Instant) -> Result<bool> {
-        let left = self.until_done(deadline, Self::leave_step);
+        let mut round = None;
+        let left = self.until_done(deadline, |watching, looks| {
+            self.leave_step(watching, looks, &mut round)
+        });
         self.drop_own_node();
         let client = self
             .core
@@ -211,7 +215,17 @@ impl DistributedDoubleBarrier {
     }
 
     /// One look at the members: done once none is left (or only we are, and we go).
-    fn leave_step(&self, watching: &mut Watching<'_>, deadline: Instant) -> Result<Step> {
+    ///
+    /// `round`: the members of our round, as the first look found them. A node made after it
+    /// belongs to the next round (a member that left before us and entered again), and is not
+    /// waited for: a late leaver that took it for one of its own round's would wait for the
+    /// next round, which waits for it.
+    fn leave_step(
+        &self,
+        watching: &mut Watching<'_>,
+        deadline: Instant,
+        round: &mut Option<BTreeSet<String>>,
+    ) -> Result<Step> {
         let client = self.core.client.with_deadline(deadline);
         let mut members = match client.children(&self.core.path) {
             Ok(names) => names,
@@ -219,6 +233,8 @@ impl DistributedDoubleBarrier {
             Err(e) => return passable(e),
         };
         members.retain(|n| n != READY_NODE);
+        let round = round.get_or_insert_with(|| members.iter().cloned().collect());
+        members.retain(|n| round.contains(n));
         members.sort_unstable();
         let own = self.own.lock().clone();
         // Our node is gone with its session, or was never made: we have left.
@@ -275,9 +291,7 @@ impl DistributedDoubleBarrier {
                 }
             }
         };
-        client.ensure_lock_path(&self.core.path, client.default_acl())?;
-        let acl = client.default_acl();
-        let made = match client.create_in_session(&path, &[], CreateMode::Ephemeral, acl) {
+        let made = match client.create_under_containers(&path, &[], CreateMode::Ephemeral) {
             Ok((_, _, under)) => Some(under),
             // An earlier create under this name whose answer was lost: the name carries our
             // session, so the node is ours; its owner says under which session it was made.

@@ -86,7 +86,8 @@ impl Held<'_> {
 
 /// Several locks, of any of this crate's kinds, taken all-or-nothing: either every one is
 /// held, or none is (what was taken is released again when one cannot be had by the deadline,
-/// or fails). They are always taken in one global order, by path, whatever order they were
+/// or fails; a set whose early hold was lost while a later one was taken, its session gone,
+/// is given back and taken again). They are always taken in one global order, by path, whatever order they were
 /// given in, so two multi-locks over the same paths never wait for each other in a cycle (no
 /// deadlock). The guard holds the whole set: one check, one bound ([`valid_until`], the
 /// earliest of the set's), one `run`, one release. Apache Curator's `InterProcessMultiLock`,
@@ -205,18 +206,30 @@ impl InterProcessMultiLock {
     /// # Errors
     /// The first error of a lock's acquire; what was taken is released again first.
     pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<'_>>> {
-        let mut held = Vec::with_capacity(self.members.len());
-        for (_, member) in &self.members {
-            match member.take(deadline) {
-                Ok(Some(h)) => held.push(h),
-                outcome => {
-                    // Logged there; what the caller hears is why the set was not taken.
-                    let _ = release_all(held);
-                    return outcome.map(|_| None);
+        loop {
+            let mut held = Vec::with_capacity(self.members.len());
+            for (_, member) in &self.members {
+                match member.take(deadline) {
+                    Ok(Some(h)) => held.push(h),
+                    outcome => {
+                        // Logged there; what the caller hears is why the set was not taken.
+                        let _ = release_all(held);
+                        return outcome.map(|_| None);
+                    }
                 }
             }
+            let guard = MultiLockGuard { held };
+            // A hold taken early may have been lost while a later one was taken (its session
+            // expired, and the later one granted on the next): such a set was never held as a
+            // whole. Given back, and taken again while the deadline allows.
+            if guard.whole() {
+                return Ok(Some(guard));
+            }
+            drop(guard);
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
         }
-        Ok(Some(MultiLockGuard { held }))
     }
 }
 
@@ -252,6 +265,13 @@ impl MultiLockGuard<'_> {
     /// The hold of each lock, in the order they were taken.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         self.held.iter().map(Held::lease)
+    }
+
+    /// Every hold valid now, all under one session.
+    fn whole(&self) -> bool {
+        let mut sessions = self.leases().map(Lease::session_id);
+        let first = sessions.next();
+        sessions.all(|s| Some(s) == first) && self.leases().all(|l| l.check_quietly().is_ok())
     }
 
     /// False once any hold of the set is lost.

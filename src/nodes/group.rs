@@ -108,7 +108,16 @@ impl GroupMember {
         };
         let ids = match listed {
             Ok(ids) => ids,
-            Err(e) if e.is_no_node() => Vec::new(),
+            Err(e) if e.is_no_node() => {
+                // No group yet (or its container was reaped): a listing leaves no watch on a
+                // missing node, so watch for its creation, which the first join makes.
+                if let Some(tx) = tx {
+                    if self.client.exists_watch(&self.membership, tx)?.is_some() {
+                        return self.read_members(Some(tx));
+                    }
+                }
+                Vec::new()
+            }
             Err(e) => return Err(e),
         };
         // Every member's payload in one pipeline (one round trip).

@@ -17,6 +17,9 @@ use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId, Wa
 /// server removes a TTL node only once it has no children and has not changed for its TTL.
 pub const TTL_TOUCH_NODE: &str = "touch";
 
+/// The longest one look at the node takes (its calls together).
+const LOOK_WAIT: Duration = Duration::from_secs(1);
+
 /// What kind of node a [`PersistentNode`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,8 +120,12 @@ struct State {
     /// whose answer was lost goes again under the same name).
     protected: Option<(String, SessionId)>,
     created_once: bool,
+    /// A create has gone out (its answer may have been lost): close looks for the node.
+    tried: bool,
     started: bool,
     closed: bool,
+    /// When `close()` must have returned by.
+    close_by: Option<Instant>,
 }
 
 impl std::fmt::Debug for PersistentNode {
@@ -273,10 +280,18 @@ impl PersistentNode {
         }
     }
 
-    /// Stops keeping the node and removes it (a TTL node is left to expire), waiting at most
-    /// `leader::CLOSE_WAIT` for the server. Idempotent; also done on drop.
+    /// Stops keeping the node and removes it (a TTL node is left to expire), returning within
+    /// [`CLOSE_WAIT`](super::CLOSE_WAIT) whatever the server does: what it has not answered by
+    /// then the client's janitor finishes, or the session's end. Idempotent; also done on
+    /// drop.
     pub fn close(&self) {
-        self.inner.state.lock().closed = true;
+        {
+            let mut state = self.inner.state.lock();
+            state.closed = true;
+            state
+                .close_by
+                .get_or_insert_with(|| Instant::now() + super::CLOSE_WAIT);
+        }
         self.inner.changed.notify_all();
         if let Some((stop, handle)) = self.worker.lock().take() {
             drop(stop);
@@ -372,10 +387,13 @@ impl Inner {
         wake_tx: &Sender<WatchEvent>,
         watches: &mut WatchGuard<'_>,
     ) -> Result<Option<Instant>> {
-        let client = self
-            .core
-            .client
-            .with_timeout(self.core.client.session_timeout());
+        // A look is short, so that a close is never held up by one for long: what it cannot
+        // do by then it does at the next (after a state change or a backoff).
+        let mut until = Instant::now() + LOOK_WAIT;
+        if let Some(by) = self.state.lock().close_by {
+            until = until.min(by);
+        }
+        let client = self.core.client.with_deadline(until);
         let Some(session) = client.session_id() else {
             return Err(Error::ConnectionLoss);
         };
@@ -431,12 +449,13 @@ impl Inner {
 
     /// Makes the node at `target` with the current data (missing parents as containers).
     fn create(&self, client: &Client, target: &str) -> Result<()> {
-        if let Some(parent) = paths::parent(target).filter(|p| *p != "/") {
-            client.ensure_lock_path(parent, client.default_acl())?;
-        }
-        let data = self.state.lock().data.clone();
+        let data = {
+            let mut state = self.state.lock();
+            state.tried = true;
+            state.data.clone()
+        };
         let mode = self.mode.create_mode();
-        match client.create_in_session(target, &data, mode, client.default_acl()) {
+        match client.create_under_containers(target, &data, mode) {
             // A protected name carries the session it was chosen under: made under a newer
             // one (the session changed while the create was on its way), it would name the
             // wrong session. Removed, and made again under a name of the new session.
@@ -511,21 +530,50 @@ impl Inner {
         }
     }
 
-    /// Removes the node on close: an ephemeral one only if its session is still ours; a TTL
-    /// node is left to expire.
+    /// Removes the node on close, by the close's deadline: an ephemeral one only if its
+    /// session is ours; a TTL node is left to expire. A node whose create went out but whose
+    /// answer was not seen is looked for at its path (a persistent one is deleted, as Curator
+    /// deletes what lands after a close).
     fn remove(&self) {
-        let made = self.state.lock().made.take();
-        let Some((path, session)) = made else { return };
+        let (made, tried, protected, by) = {
+            let mut state = self.state.lock();
+            (
+                state.made.take(),
+                state.tried,
+                state.protected.clone(),
+                state.close_by,
+            )
+        };
         let client = self
             .core
             .client
-            .with_deadline(Instant::now() + super::CLOSE_WAIT);
+            .with_deadline(by.unwrap_or_else(|| Instant::now() + super::CLOSE_WAIT));
+        let path = made
+            .as_ref()
+            .map(|(p, _)| p.clone())
+            .or_else(|| protected.map(|(p, _)| p))
+            .unwrap_or_else(|| self.core.path.clone());
         match self.mode {
             NodeMode::PersistentWithTtl(_) => {}
-            NodeMode::Ephemeral | NodeMode::ProtectedEphemeral => client.remove_own(&path, session),
-            NodeMode::Persistent => {
+            NodeMode::Persistent if made.is_some() || tried => {
                 if let Err(e) = client.delete(&path) {
                     debug!("{path}: {e}");
+                }
+            }
+            NodeMode::Persistent => {}
+            NodeMode::Ephemeral | NodeMode::ProtectedEphemeral => {
+                let owner = match made {
+                    Some((_, session)) => Some(session),
+                    None if tried => client
+                        .exists(&path)
+                        .ok()
+                        .flatten()
+                        .map(|stat| SessionId(stat.ephemeral_owner))
+                        .filter(|owner| client.session_id() == Some(*owner)),
+                    None => None,
+                };
+                if let Some(session) = owner {
+                    client.remove_own(&path, session);
                 }
             }
         }

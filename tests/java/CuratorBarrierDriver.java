@@ -7,7 +7,7 @@
 //   CuratorBarrierDriver <connect> wait <path>
 //     READY, WAITING, PASSED <micros>
 //   CuratorBarrierDriver <connect> set|remove <path>
-//     DONE
+//     (remove: REMOVING <micros>, just before the removal), DONE
 // A wait that times out (60 s) prints TIMEOUT and exits with 2.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -71,6 +71,7 @@ public class CuratorBarrierDriver {
                 say("DONE");
                 break;
             case "remove":
+                say("REMOVING " + micros());
                 new DistributedBarrier(client, path).removeBarrier();
                 say("DONE");
                 break;

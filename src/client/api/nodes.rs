@@ -111,6 +111,30 @@ impl Client {
         self.make_path(&self.full(path), acl, prefix_len)
     }
 
+    /// [`create_in_session`](Self::create_in_session) of `path` with the client's default
+    /// ACL, its missing parents made first as containers (see
+    /// [`ensure_lock_path`](Self::ensure_lock_path)); made again once if the server reaped an
+    /// empty container between the two (the create then says `NoNode`).
+    pub(crate) fn create_under_containers(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+    ) -> Result<(String, Stat, SessionId)> {
+        let acl = self.core.config.acl.clone();
+        let parent = paths::parent(path).filter(|p| *p != "/");
+        let mut reaped = false;
+        loop {
+            if let Some(parent) = parent {
+                self.ensure_lock_path(parent, &acl)?;
+            }
+            match self.create_in_session(path, data, mode, &acl) {
+                Err(e) if e.is_no_node() && !reaped => reaped = true,
+                created => return created,
+            }
+        }
+    }
+
     /// Creates every missing node of `full` (a server path): persistent up to byte
     /// `containers_from`, containers below it. Only below the deepest node that exists: the
     /// server checks CREATE on the parent before it says a node exists, so writing what
