@@ -37,6 +37,7 @@ pub mod error;
 pub mod leader;
 pub mod lock;
 pub mod nodes;
+pub mod partition;
 pub mod paths;
 pub mod retry;
 mod session_id;
