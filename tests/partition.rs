@@ -141,3 +141,98 @@ fn a_worker_whose_session_is_lost_gives_its_items_up_and_takes_its_share_again()
     settled(&[&lost, &other]);
     assert_eq!(ownership(&[&lost, &other]).len(), 24);
 }
+
+/// An item the partitioner lets go stops vouching in every copy a caller kept: its lease
+/// fails its check and its `lost()` channel closes, before another worker takes the item.
+/// And the new owner's fencing token is larger than the old one's.
+#[test]
+fn an_item_let_go_stops_vouching_in_every_copy_kept() {
+    let path = root("partition-copies");
+    let (ca, cb) = (client(), client());
+    let a = Partitioner::new(&ca, &path, "a", items()).unwrap();
+    a.start().unwrap();
+    settled(&[&a]);
+    let kept = a.owned();
+    assert_eq!(kept.len(), 24);
+    let tokens: BTreeMap<String, i64> = kept
+        .iter()
+        .map(|o| (o.item().to_owned(), o.fencing_token().unwrap()))
+        .collect();
+    let b = Partitioner::new(&cb, &path, "b", items()).unwrap();
+    b.start().unwrap();
+    wait_for(SOON, || (a.members().len() == 2).then_some(())).expect("a never saw b");
+    settled(&[&a, &b]);
+    let moved: Vec<String> = b.owned().iter().map(|o| o.item().to_owned()).collect();
+    assert!(!moved.is_empty());
+    for copy in kept.iter().filter(|o| moved.iter().any(|m| m == o.item())) {
+        assert!(
+            copy.check().is_err(),
+            "{} still vouches after it moved",
+            copy.item()
+        );
+        assert!(copy.run(|| ()).is_err());
+        assert!(
+            copy.lost().recv_timeout(Duration::from_secs(1)).is_err(),
+            "its lost() never closed"
+        );
+    }
+    for owned in b.owned() {
+        assert!(
+            owned.fencing_token().unwrap() > tokens[owned.item()],
+            "{}'s token did not grow with its new owner",
+            owned.item()
+        );
+    }
+}
+
+/// `close()` returns within `partition::CLOSE_WAIT` also with the worker's link silent.
+#[test]
+fn closing_a_worker_whose_link_is_silent_returns_within_its_bound() {
+    let path = root("partition-close-silent");
+    let proxy = zk_recipes::testing::FaultProxy::start(server().addr()).unwrap();
+    let worker_client = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let w = Partitioner::new(&worker_client, &path, "w", items()).unwrap();
+    w.start().unwrap();
+    settled(&[&w]);
+    let states = worker_client.subscribe();
+    proxy.blackhole();
+    next_state(&states, zk_recipes::ConnectionState::Suspended);
+    let started = std::time::Instant::now();
+    w.close();
+    let took = started.elapsed();
+    assert!(
+        took <= zk_recipes::partition::CLOSE_WAIT + Duration::from_millis(500),
+        "close() returned after {took:?}"
+    );
+    assert!(w.owned().is_empty());
+    assert!(!w.wait_settled(Duration::from_secs(2)));
+    proxy.heal();
+}
+
+/// An item whose take fails for good (its lock path is another session's ephemeral node, which
+/// can have no children) costs only that item: the others are owned, and once the path is
+/// free the item is too.
+#[test]
+fn an_item_that_cannot_be_taken_does_not_keep_the_others_from_their_owner() {
+    let path = root("partition-bad-item");
+    let (cw, blocker) = (client(), client());
+    blocker
+        .create_with_parents(
+            &format!("{path}/items/p05"),
+            b"",
+            zk_recipes::CreateMode::Ephemeral,
+        )
+        .unwrap();
+    let w = Partitioner::new(&cw, &path, "w", items()).unwrap();
+    w.start().unwrap();
+    wait_for(SOON, || (w.owned().len() == 23).then_some(()))
+        .expect("the other items were not all owned");
+    blocker.close();
+    settled(&[&w]);
+    assert_eq!(w.owned().len(), 24);
+    w.close();
+    assert!(cw
+        .children(&format!("{path}/items/p00"))
+        .unwrap_or_default()
+        .is_empty());
+}

@@ -92,19 +92,32 @@ impl GroupMember {
     /// The group's members and their payloads, as the server has them now. This member is
     /// always among them, with its own payload (also before it joined, as in Curator).
     pub fn current_members(&self) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.read_members(None)
+        self.read_members(&self.client, None)
     }
 
     /// [`current_members`](Self::current_members), leaving a watch on the group that reports
     /// into `tx` the next time a member joins or leaves (once; call again to hear the next).
     pub fn watch_members(&self, tx: &Sender<WatchEvent>) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.read_members(Some(tx))
+        self.read_members(&self.client, Some(tx))
     }
 
-    fn read_members(&self, tx: Option<&Sender<WatchEvent>>) -> Result<BTreeMap<String, Vec<u8>>> {
+    /// [`watch_members`](Self::watch_members), its calls bounded by `deadline`.
+    pub(crate) fn watch_members_by(
+        &self,
+        deadline: std::time::Instant,
+        tx: &Sender<WatchEvent>,
+    ) -> Result<BTreeMap<String, Vec<u8>>> {
+        self.read_members(&self.client.with_deadline(deadline), Some(tx))
+    }
+
+    fn read_members(
+        &self,
+        client: &Client,
+        tx: Option<&Sender<WatchEvent>>,
+    ) -> Result<BTreeMap<String, Vec<u8>>> {
         let listed = match tx {
-            Some(tx) => self.client.children_watch(&self.membership, tx),
-            None => self.client.children(&self.membership),
+            Some(tx) => client.children_watch(&self.membership, tx),
+            None => client.children(&self.membership),
         };
         let ids = match listed {
             Ok(ids) => ids,
@@ -112,8 +125,8 @@ impl GroupMember {
                 // No group yet (or its container was reaped): a listing leaves no watch on a
                 // missing node, so watch for its creation, which the first join makes.
                 if let Some(tx) = tx {
-                    if self.client.exists_watch(&self.membership, tx)?.is_some() {
-                        return self.read_members(Some(tx));
+                    if client.exists_watch(&self.membership, tx)?.is_some() {
+                        return self.read_members(client, Some(tx));
                     }
                 }
                 Vec::new()
@@ -129,7 +142,7 @@ impl GroupMember {
             .collect();
         let mut members = BTreeMap::new();
         if !reads.is_empty() {
-            for (id, read) in ids.into_iter().zip(self.client.pipeline(&reads)?) {
+            for (id, read) in ids.into_iter().zip(client.pipeline(&reads)?) {
                 match read {
                     Ok(OpResult::Data(payload, _)) => {
                         members.insert(id, payload);

@@ -7,7 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use log::{debug, warn};
+use log::debug;
 use parking_lot::{Condvar, Mutex};
 
 use super::assign::owner_of;
@@ -16,13 +16,20 @@ use crate::lock::{Lease, LockOptions};
 use crate::nodes::GroupMember;
 use crate::{paths, Client, Error, Result, WatchEvent};
 
-/// The longest [`Partitioner::close`] waits for the server; what is not done by then the
-/// client finishes in the background, or the session's end does.
-pub const CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// The longest [`Partitioner::close`] takes, whatever the server does: the pass under way
+/// (`PASS_WAIT`), the items' release (a second) and leaving the group
+/// ([`nodes::CLOSE_WAIT`](crate::nodes::CLOSE_WAIT)); what the server has not answered by
+/// then the client finishes in the background, or the session's end does.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the items' release on close waits for the server.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+/// How soon an item whose take failed (other than by being busy) is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The lock name of an item's lock node.
 const ITEM_LOCK: &str = "item";
-/// The longest one pass of the worker's thread waits for any one call.
+/// The longest one pass of the worker's thread takes (its calls together).
 const PASS_WAIT: Duration = Duration::from_secs(1);
 
 /// An item this worker owns: its name, and the [`Lease`] it is owned under (`check`, `run`,
@@ -256,6 +263,9 @@ impl Partitioner {
             if self.is_settled() {
                 return true;
             }
+            if self.inner.state.lock().closed {
+                return false;
+            }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -267,9 +277,11 @@ impl Partitioner {
     /// Releases every item, leaves the group and stops the thread, within [`CLOSE_WAIT`].
     /// Idempotent; also done on drop.
     pub fn close(&self) {
+        // Held throughout: a second close returns once the first has released and left.
+        let mut worker = self.worker.lock();
         self.inner.state.lock().closed = true;
         self.inner.changed.notify_all();
-        if let Some((stop, handle)) = self.worker.lock().take() {
+        if let Some((stop, handle)) = worker.take() {
             drop(stop);
             if handle.thread().id() != thread::current().id() {
                 let _ = handle.join();
@@ -294,7 +306,7 @@ impl Inner {
         let mut failures = 0;
         loop {
             let mut watches = WatchGuard::new(&self.client, &wake_tx);
-            let next = match self.pass(&wake_tx, &mut watches) {
+            let next = match self.pass(stop, &wake_tx, &mut watches) {
                 Ok(next) => {
                     failures = 0;
                     next
@@ -326,17 +338,24 @@ impl Inner {
                 _ => {}
             }
         }
-        self.release_all(Instant::now() + CLOSE_WAIT);
+        self.release_all(Instant::now() + RELEASE_WAIT);
     }
 
-    /// One pass. Returns when to look again without an event (the earliest lease bound, so
-    /// that a lease that runs out is let go and taken again).
+    /// One pass, its calls bounded by `PASS_WAIT`. Returns when to look again without an
+    /// event: the earliest lease bound (so that a lease that runs out is let go, and the item
+    /// taken again), or soon after an item whose take failed.
     fn pass(
         &self,
+        stop: &Receiver<()>,
         wake_tx: &Sender<WatchEvent>,
         watches: &mut WatchGuard<'_>,
     ) -> Result<Option<Instant>> {
-        let members: Vec<String> = self.member.watch_members(wake_tx)?.into_keys().collect();
+        let until = Instant::now() + PASS_WAIT;
+        let members: Vec<String> = self
+            .member
+            .watch_members_by(until, wake_tx)?
+            .into_keys()
+            .collect();
         watches.watching(&self.members_path);
         let assigned: BTreeSet<String> = self
             .items
@@ -358,67 +377,100 @@ impl Inner {
                 .collect()
         };
         for (item, lease) in &letting_go {
-            if let Some(core) = self.items.get(item) {
-                if let Err(e) = core.release(lease, Some(Instant::now() + PASS_WAIT)) {
-                    debug!("{}: {item} let go: {e}", self.id);
-                }
-            }
+            self.let_go(item, lease, until);
         }
         // Then take what is ours and not held: without waiting in line (the thread must go
         // on following the group); a busy item's line is watched, and its change wakes us.
-        let mut taken = Vec::new();
+        // Each item taken is ours at once (a failure after it does not leak it); an item whose
+        // take fails is tried again soon, and the others go on.
+        let mut retry = None;
+        let mut changed = !letting_go.is_empty();
         for item in &assigned {
+            if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
+                break;
+            }
             if self.state.lock().owned.contains_key(item) {
                 continue;
             }
             let Some(core) = self.items.get(item) else {
                 continue;
             };
-            match core.acquire(
-                ITEM_LOCK,
-                &MaxLeases(1),
-                Some(Instant::now() + PASS_WAIT),
-                false,
-            ) {
-                Ok(Some(lease)) => taken.push((item.clone(), Arc::new(lease))),
-                Ok(None) => {
-                    // Busy: watch its line for the owner's release.
-                    match core.client.children_watch(&core.path, wake_tx) {
-                        Ok(_) => watches.watching(&core.path),
-                        Err(e) if e.is_no_node() => {
-                            let _ = core.client.exists_watch(&core.path, wake_tx);
-                            watches.watching(&core.path);
-                        }
-                        Err(e) => return Err(e),
-                    }
+            match self.take(core, until, wake_tx, watches) {
+                Ok(Some(lease)) => {
+                    self.state
+                        .lock()
+                        .owned
+                        .insert(item.clone(), Arc::new(lease));
+                    changed = true;
                 }
-                Err(e) => return Err(e),
+                Ok(None) => {}
+                Err(Error::Closed) => return Err(Error::Closed),
+                Err(e) => {
+                    debug!("{}: taking {item}: {e}", self.id);
+                    retry = Some(Instant::now() + RETRY_AFTER);
+                }
             }
         }
         let mut state = self.state.lock();
-        let changed = state.members != members
-            || state.assigned != assigned
-            || !letting_go.is_empty()
-            || !taken.is_empty();
-        state.owned.extend(taken);
+        changed |= state.members != members || state.assigned != assigned;
         state.members = members;
         state.assigned = assigned;
         if changed {
             state.generation += 1;
             self.changed.notify_all();
         }
-        Ok(state.owned.values().filter_map(|l| l.valid_until()).min())
+        let bound = state.owned.values().filter_map(|l| l.valid_until()).min();
+        Ok(match (bound, retry) {
+            (Some(b), Some(r)) => Some(b.min(r)),
+            (b, r) => b.or(r),
+        })
+    }
+
+    /// Takes an item's lock without waiting in line; if it is busy, watches its line for the
+    /// owner's release. A line found empty once the watch is set (the owner let go between our
+    /// look and the watch) is tried again at once: no event would come for it.
+    fn take(
+        &self,
+        core: &LockCore,
+        until: Instant,
+        wake_tx: &Sender<WatchEvent>,
+        watches: &mut WatchGuard<'_>,
+    ) -> Result<Option<Lease>> {
+        let client = core.client.with_deadline(until);
+        for _ in 0..3 {
+            if let Some(lease) = core.acquire(ITEM_LOCK, &MaxLeases(1), Some(until), false)? {
+                return Ok(Some(lease));
+            }
+            let line = match client.children_watch(&core.path, wake_tx) {
+                Ok(line) => line,
+                Err(e) if e.is_no_node() => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            watches.watching(&core.path);
+            if !line.is_empty() {
+                return Ok(None);
+            }
+        }
+        // Still coming and going: the watch set last reports the next change.
+        Ok(None)
+    }
+
+    /// Lets go of an item: its lease stops vouching at once (in every copy a caller kept),
+    /// then its node is deleted, waiting at most until `until`.
+    fn let_go(&self, item: &str, lease: &Lease, until: Instant) {
+        lease.token.mark_lost();
+        if let Some(core) = self.items.get(item) {
+            if let Err(e) = core.release(lease, Some(until)) {
+                debug!("{}: {item} let go: {e}", self.id);
+            }
+        }
     }
 
     /// Releases every owned item, waiting at most until `deadline`.
     fn release_all(&self, deadline: Instant) {
         let owned = std::mem::take(&mut self.state.lock().owned);
         for (item, lease) in owned {
-            if let Some(core) = self.items.get(&item) {
-                if let Err(e) = core.release(&lease, Some(deadline)) {
-                    warn!("{}: {item} released: {e}", self.id);
-                }
-            }
+            self.let_go(&item, &lease, deadline);
         }
         self.state.lock().generation += 1;
         self.changed.notify_all();
