@@ -4,7 +4,8 @@
 //   QUEUED           about to ask for the lock (round 1 only)
 //   ACQ <micros>     holds it
 //   REL <micros>     about to release it
-// Usage: CuratorLockDriver <connect> <path> <mutex|semaphore|read|write> <rounds> <holdMs>
+// Usage: CuratorLockDriver <connect> <path> <mutex|semaphore|read|write|multi> <rounds> <holdMs>
+// (multi: <path> is a comma-separated list; a Curator InterProcessMultiLock of mutexes on them)
 // With holdMs < 0 it holds each round until a line arrives on standard input.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -13,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreMutex;
@@ -40,6 +42,9 @@ public class CuratorLockDriver {
             case "semaphore": lock = new InterProcessSemaphoreMutex(client, path); break;
             case "read": lock = new InterProcessReadWriteLock(client, path).readLock(); break;
             case "write": lock = new InterProcessReadWriteLock(client, path).writeLock(); break;
+            case "multi":
+                lock = new InterProcessMultiLock(client, java.util.Arrays.asList(path.split(",")));
+                break;
             default: throw new IllegalArgumentException(kind);
         }
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
