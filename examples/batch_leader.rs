@@ -12,66 +12,35 @@
 //! refuses to write with a token older than the file's last one, so a leader that was paused
 //! past its session cannot write over its successor.
 
+use std::ffi::OsStr;
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use zk_recipes::leader::LeaderSelector;
-use zk_recipes::testing::TestingServer;
 use zk_recipes::Client;
+use zk_recipes_examples::{spawn_worker, Args};
 
 const PATH: &str = "/batch/nightly-job";
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> AnyResult<()> {
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("error,zookeeper=off"),
-    )
-    .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let connect = flag("--connect").or_else(|| std::env::var("ZK_CONNECT").ok());
-    let session = Duration::from_millis(
-        flag("--session-ms")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2000),
-    );
-    // The servers' tickTime, for the lease bound (ZooKeeper's sample configuration: 2 s).
-    let mut tick = Duration::from_millis(
-        flag("--tick-ms")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2000),
-    );
-    if args.iter().any(|a| a == "--worker") {
+    let args = Args::from_env();
+    let flag = |name: &str| args.flag(name);
+    let connect = args.connect();
+    let (session, tick) = args.session_and_tick();
+    if args.has("--worker") {
         let id = flag("--id").ok_or("--worker needs --id NAME")?;
         let file = PathBuf::from(flag("--file").ok_or("--worker needs --file PATH")?);
         let connect = connect.ok_or("--worker needs --connect HOSTS or ZK_CONNECT")?;
         return worker(&connect, &id, &file, session, tick);
     }
-    let workers: usize = flag("--workers")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
-        .max(2);
-    let _server;
-    let connect = match connect {
-        Some(c) => c,
-        None => {
-            println!("starting ZooKeeper (Debian package) on a free loopback port");
-            _server = TestingServer::start()?;
-            tick = _server.tick_time();
-            _server.connect_string()
-        }
-    };
+    let workers = args.workers(3, 2);
+    let (_server, connect, tick) = args.ensemble()?;
     cluster(&connect, workers, session, tick)
 }
 
@@ -138,12 +107,6 @@ fn append_job(file: &Path, id: &str, token: i64) -> AnyResult<usize> {
     Ok(n)
 }
 
-struct Worker {
-    id: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
 /// Runs `count` worker processes and shows a crash handover and a graceful one.
 fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> AnyResult<()> {
     let file = std::env::temp_dir().join(format!("batch-leader-{}.log", std::process::id()));
@@ -151,25 +114,14 @@ fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> An
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
     let mut workers = Vec::new();
     for i in 0..count {
-        let id = format!("worker-{i}");
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["--worker", "--id", &id, "--connect", connect])
-            .arg("--file")
-            .arg(&file)
-            .args(["--session-ms", &session.as_millis().to_string()])
-            .args(["--tick-ms", &tick.as_millis().to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let tx = tx.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send((line, Instant::now()));
-            }
-        });
-        let stdin = child.stdin.take();
-        workers.push(Worker { id, child, stdin });
+        let extra = [OsStr::new("--file"), file.as_os_str()];
+        workers.push(spawn_worker(
+            &format!("worker-{i}"),
+            connect,
+            &extra,
+            (session, tick),
+            &tx,
+        )?);
     }
     println!("{count} workers contend on {PATH} (session {session:?})");
     let started = Instant::now();

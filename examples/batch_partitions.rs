@@ -14,18 +14,18 @@
 //! as a database or a storage service would do it).
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use zk_recipes::partition::Partitioner;
-use zk_recipes::testing::TestingServer;
 use zk_recipes::Client;
+use zk_recipes_examples::{spawn_worker, Args};
 
 const PATH: &str = "/batch/ingest";
 const PARTITIONS: usize = 64;
@@ -33,52 +33,24 @@ const PARTITIONS: usize = 64;
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn partitions() -> Vec<String> {
-    (0..PARTITIONS).map(|p| format!("partition-{p:02}")).collect()
+    (0..PARTITIONS)
+        .map(|p| format!("partition-{p:02}"))
+        .collect()
 }
 
 fn main() -> AnyResult<()> {
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("error,zookeeper=off"),
-    )
-    .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let connect = flag("--connect").or_else(|| std::env::var("ZK_CONNECT").ok());
-    let session = Duration::from_millis(
-        flag("--session-ms")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2000),
-    );
-    let mut tick = Duration::from_millis(
-        flag("--tick-ms")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2000),
-    );
-    if args.iter().any(|a| a == "--worker") {
+    let args = Args::from_env();
+    let flag = |name: &str| args.flag(name);
+    let connect = args.connect();
+    let (session, tick) = args.session_and_tick();
+    if args.has("--worker") {
         let id = flag("--id").ok_or("--worker needs --id NAME")?;
         let dir = PathBuf::from(flag("--dir").ok_or("--worker needs --dir PATH")?);
         let connect = connect.ok_or("--worker needs --connect HOSTS or ZK_CONNECT")?;
         return worker(&connect, &id, &dir, session, tick);
     }
-    let workers: usize = flag("--workers")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4)
-        .max(3);
-    let _server;
-    let connect = match connect {
-        Some(c) => c,
-        None => {
-            println!("starting ZooKeeper (Debian package) on a free loopback port");
-            _server = TestingServer::start()?;
-            tick = _server.tick_time();
-            _server.connect_string()
-        }
-    };
+    let workers = args.workers(4, 3);
+    let (_server, connect, tick) = args.ensemble()?;
     cluster(&connect, workers, session, tick)
 }
 
@@ -111,7 +83,9 @@ fn worker(connect: &str, id: &str, dir: &Path, session: Duration, tick: Duration
             last = now;
         }
         for item in &owned {
-            let Ok(token) = item.fencing_token() else { continue };
+            let Ok(token) = item.fencing_token() else {
+                continue;
+            };
             // The work runs only while the lease vouches for the partition; the write itself
             // is fenced by the partition's file.
             let written = item.run(|| append(dir, item.item(), id, token));
@@ -145,12 +119,6 @@ fn append(dir: &Path, item: &str, id: &str, token: i64) -> AnyResult<()> {
     Ok(())
 }
 
-struct Worker {
-    id: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
 /// The owners of each partition so far, from its file.
 fn owners(dir: &Path) -> Vec<(String, Vec<(String, i64)>)> {
     partitions()
@@ -174,50 +142,43 @@ fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> An
     let dir = std::env::temp_dir().join(format!("batch-partitions-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let (tx, rx) = mpsc::channel::<String>();
+    let (tx, rx) = mpsc::channel::<(String, Instant)>();
     let mut workers = Vec::new();
     for i in 0..count {
-        let id = format!("worker-{i}");
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["--worker", "--id", &id, "--connect", connect])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--session-ms", &session.as_millis().to_string()])
-            .args(["--tick-ms", &tick.as_millis().to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let tx = tx.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let stdin = child.stdin.take();
-        workers.push(Worker { id, child, stdin });
+        let extra = [OsStr::new("--dir"), dir.as_os_str()];
+        workers.push(spawn_worker(
+            &format!("worker-{i}"),
+            connect,
+            &extra,
+            (session, tick),
+            &tx,
+        )?);
     }
     println!("{count} workers share {PARTITIONS} partitions at {PATH} (session {session:?})");
     let started = Instant::now();
     // Until every partition has been worked on by the worker that owns it now, and again
     // after each change: the files tell.
-    let all_worked_since = |since: usize, rx: &mpsc::Receiver<String>| -> AnyResult<()> {
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            while let Ok(line) = rx.try_recv() {
-                println!("  {:>6.2}s {line}", started.elapsed().as_secs_f64());
+    let all_worked_since =
+        |since: usize, rx: &mpsc::Receiver<(String, Instant)>| -> AnyResult<()> {
+            let until = Instant::now() + Duration::from_secs(60);
+            loop {
+                while let Ok((line, at)) = rx.try_recv() {
+                    println!(
+                        "  {:>6.2}s {line}",
+                        at.duration_since(started).as_secs_f64()
+                    );
+                }
+                let counts: Vec<usize> = owners(&dir).iter().map(|(_, l)| l.len()).collect();
+                if counts.iter().all(|&c| c > since) {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    return Err("some partitions were never worked on".into());
+                }
+                // Waiting for the workers' files to grow, not a synchronisation between them.
+                thread::sleep(Duration::from_millis(100));
             }
-            let counts: Vec<usize> = owners(&dir).iter().map(|(_, l)| l.len()).collect();
-            if counts.iter().all(|&c| c > since) {
-                return Ok(());
-            }
-            if Instant::now() >= until {
-                return Err("some partitions were never worked on".into());
-            }
-            // Waiting for the workers' files to grow, not a synchronisation between them.
-            thread::sleep(Duration::from_millis(100));
-        }
-    };
+        };
     all_worked_since(0, &rx)?;
     let owner_of = |p: usize| owners(&dir)[p].1.last().map(|(w, _)| w.clone());
     let victim = owner_of(0).ok_or("partition-00 has no owner")?;
@@ -248,8 +209,11 @@ fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> An
     for w in &mut workers {
         let _ = w.child.wait();
     }
-    while let Ok(line) = rx.try_recv() {
-        println!("  {:>6.2}s {line}", started.elapsed().as_secs_f64());
+    while let Ok((line, at)) = rx.try_recv() {
+        println!(
+            "  {:>6.2}s {line}",
+            at.duration_since(started).as_secs_f64()
+        );
     }
     let mut in_order = true;
     let mut moved = 0;
