@@ -259,6 +259,27 @@ pub fn check(
             .entry(w.recipe)
             .or_default()
             .extend(rec.holds.into_iter().map(|h| (i, h)));
+        // A partition worker's holds are per item, each item a lock of its own.
+        for (lock, file) in crate::hold_files(w)
+            .into_iter()
+            .filter(|(l, _)| *l != w.recipe)
+        {
+            let items = read(&file);
+            report.holds += items.holds.len();
+            report.pieces += items.pieces;
+            report.refused_before += items.refused_before;
+            report.refused_after += items.refused_after;
+            if items.malformed > 0 {
+                report.lost.push(format!(
+                    "{lock}: worker {i} wrote {} records that do not parse",
+                    items.malformed
+                ));
+            }
+            by_recipe
+                .entry(lock)
+                .or_default()
+                .extend(items.holds.into_iter().map(|h| (i, h)));
+        }
         let mut own_pauses: Vec<(u64, u64)> = pauses
             .iter()
             .filter(|p| p.0 == i)

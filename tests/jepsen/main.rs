@@ -66,7 +66,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 8] = [
+const RECIPES: [&str; 9] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -75,7 +75,37 @@ const RECIPES: [&str; 8] = [
     "read-write",
     "leader-selector",
     "leader-latch",
+    "partition",
 ];
+/// The items the `partition` recipe's workers share, each checked as a lock of its own: its
+/// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
+/// the faults. A worker writes each item's records to a file of its own (`<records>.<item>`).
+const PARTITION_ITEMS: [&str; 4] = [
+    "partition/i0",
+    "partition/i1",
+    "partition/i2",
+    "partition/i3",
+];
+
+/// The files a worker's holds are in, each with the lock they are of: its records for every
+/// recipe but `partition`, whose holds are per item.
+fn hold_files(w: &Worker) -> Vec<(&'static str, PathBuf)> {
+    if w.recipe != "partition" {
+        return vec![(w.recipe, w.records.clone())];
+    }
+    PARTITION_ITEMS
+        .iter()
+        .map(|group| (*group, item_records(&w.records, group)))
+        .collect()
+}
+
+/// Where a partition worker writes the records of `group`'s item.
+fn item_records(records: &Path, group: &str) -> PathBuf {
+    let item = group.rsplit('/').next().unwrap_or(group);
+    let mut name = records.as_os_str().to_owned();
+    name.push(format!(".{item}"));
+    PathBuf::from(name)
+}
 const WORKERS_PER_RECIPE: usize = 3;
 /// The leases of the `semaphore-v2x2` recipe (its three workers contend for two).
 const SEMAPHORE_LEASES: usize = 2;
@@ -787,17 +817,19 @@ fn held_since(workers: &Workers, since: u64) -> bool {
 /// The recipes of `workers` without a piece of work vouched for that began after `since` (a
 /// leader's term may span the faults).
 fn not_held_since(workers: &Workers, since: u64) -> Vec<&'static str> {
-    let mut recipes: Vec<&'static str> = workers.iter().map(|w| w.recipe).collect();
-    recipes.dedup();
-    recipes.retain(|recipe| {
-        !workers.iter().filter(|w| w.recipe == *recipe).any(|w| {
-            checker::parse(&tail(&w.records))
+    let files: Vec<(&'static str, PathBuf)> = workers.iter().flat_map(hold_files).collect();
+    let mut locks: Vec<&'static str> = files.iter().map(|(lock, _)| *lock).collect();
+    locks.sort_unstable();
+    locks.dedup();
+    locks.retain(|lock| {
+        !files.iter().filter(|(l, _)| l == lock).any(|(_, file)| {
+            checker::parse(&tail(file))
                 .holds
                 .iter()
                 .any(|h| h.last_piece > since)
         })
     });
-    recipes
+    locks
 }
 
 /// The last 64 KiB of a records file, from its first whole line: enough to see the latest holds

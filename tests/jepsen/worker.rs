@@ -25,6 +25,7 @@
 //! a second left, met a change of its client's state (`C <when> <state>`) or a pause of its
 //! process.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
 use std::ops::Deref;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 use zk_recipes::lock::{Lease, LockOptions, RunError, WhileHeld};
+use zk_recipes::partition::Partitioner;
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
     InterProcessSemaphoreV2, LeaderLatch, LeaderSelector,
@@ -143,7 +145,7 @@ pub fn worker() -> ! {
     let coordinator = Arc::new(Coordinator {
         answers,
         asking: Mutex::new(()),
-        gated: recipe != "semaphore-v2x2",
+        gated: recipe != "semaphore-v2x2" && recipe != "partition",
     });
     let client = connect(&id, SESSION);
     let scratch = format!("{path}-scratch/{id}");
@@ -270,6 +272,51 @@ pub fn worker() -> ! {
                     ctx.coordinator.gate(token, false, acquired);
                     idle_then_write(&ctx, &lease, &mut rng);
                 }
+            }
+        }
+        "partition" => {
+            // Each owned item's pieces of work, vouched by its lease, into the item's own
+            // records; a new token for an item is a new hold of it.
+            let out = var("ZKR_JEPSEN_OUT");
+            let files: HashMap<String, Records> = crate::PARTITION_ITEMS
+                .iter()
+                .map(|group| {
+                    let item = group.rsplit('/').next().unwrap_or(group).to_owned();
+                    let file = OpenOptions::new()
+                        .append(true)
+                        .create(true)
+                        .open(crate::item_records(std::path::Path::new(&out), group))
+                        .expect("item records file");
+                    (item, Records(Mutex::new(file)))
+                })
+                .collect();
+            let share =
+                Partitioner::new(&client, &path, &id, files.keys().cloned()).expect("recipe");
+            share.start().expect("start");
+            let mut tokens: HashMap<String, i64> = HashMap::new();
+            loop {
+                for owned in share.owned() {
+                    let (Some(rec), Ok(token)) = (files.get(owned.item()), owned.fencing_token())
+                    else {
+                        continue;
+                    };
+                    if tokens.insert(owned.item().to_owned(), token) != Some(token) {
+                        rec.line(format!("A {}", mono()));
+                    }
+                    let work = Duration::from_millis(rng.u64(1..50));
+                    match owned.run(|| {
+                        let start = mono();
+                        // The work itself (a stand-in for a real job's), not a synchronisation.
+                        thread::sleep(work);
+                        (start, mono())
+                    }) {
+                        Ok((start, end)) => rec.line(format!("H {start} {end} {token}")),
+                        Err(RunError::Expired { .. }) => rec.line(format!("X {} E", mono())),
+                        Err(_) => rec.line(format!("X {} N", mono())),
+                    }
+                }
+                // A worker's pace between rounds over its items, not a synchronisation.
+                share.wait_for_change(Duration::from_millis(rng.u64(5..50)));
             }
         }
         other => panic!("unknown recipe {other}"),
