@@ -134,3 +134,38 @@ fn a_held_set_excludes_each_of_its_locks_and_is_lost_with_any_of_them() {
     assert!(InterProcessMultiLock::new(&ours, &[]).is_err());
     assert!(InterProcessMultiLock::new(&ours, &[&a, &a]).is_err());
 }
+
+/// A timed acquire of a set returns by its deadline (plus `MIN_ATTEMPT` and a scheduling
+/// allowance) also when the link goes silent while it waits for its second lock: what it took
+/// is given back without waiting for the silent server (the janitor finishes).
+#[test]
+fn a_timed_set_acquire_returns_by_its_deadline_when_its_link_goes_silent() {
+    let (a, b) = (root("multi-silent-a"), root("multi-silent-b"));
+    let other = client();
+    let blocker = InterProcessMutex::new(&other, &b).unwrap();
+    let held = blocker.acquire().unwrap();
+    let proxy = zk_recipes::testing::FaultProxy::start(server().addr()).unwrap();
+    let ours = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let multi = InterProcessMultiLock::new(&ours, &[&a, &b]).unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let timeout = Duration::from_millis(1500);
+    let started = std::time::Instant::now();
+    thread::spawn(move || {
+        let taken = multi.try_acquire_for(timeout).map(|g| g.is_some());
+        let _ = done_tx.send((taken, started.elapsed()));
+    });
+    // The first lock is ours and the set waits for the second; then the link goes silent.
+    wait_for(SOON, || (other.children(&a).ok()?.len() == 1).then_some(()))
+        .expect("the first lock was never taken");
+    proxy.blackhole();
+    let (taken, took) = done_rx
+        .recv_timeout(SOON)
+        .expect("the acquire never returned");
+    assert!(!taken.unwrap_or(false));
+    assert!(
+        took <= timeout + zk_recipes::lock::MIN_ATTEMPT + Duration::from_millis(500),
+        "returned after {took:?}"
+    );
+    proxy.heal();
+    drop(held);
+}

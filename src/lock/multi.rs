@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 
+use super::MIN_ATTEMPT;
 use super::{
     InterProcessMutex, InterProcessMutexGuard, InterProcessReadWriteLock, InterProcessSemaphoreV2,
     Lease, RunError, SemaphoreLease,
@@ -76,10 +77,10 @@ impl Held<'_> {
         }
     }
 
-    fn release(self) -> Result<()> {
+    fn release_by(self, deadline: Option<Instant>) -> Result<()> {
         match self {
-            Held::Guard(g) => g.release(),
-            Held::Lease(l) => l.release(),
+            Held::Guard(g) => g.release_by(deadline),
+            Held::Lease(l) => l.release_by(deadline),
         }
     }
 }
@@ -213,7 +214,8 @@ impl InterProcessMultiLock {
                     Ok(Some(h)) => held.push(h),
                     outcome => {
                         // Logged there; what the caller hears is why the set was not taken.
-                        let _ = release_all(held);
+                        // Given back within the caller's deadline (the janitor finishes).
+                        let _ = release_all(held, Some(deadline.max(Instant::now() + MIN_ATTEMPT)));
                         return outcome.map(|_| None);
                     }
                 }
@@ -225,7 +227,7 @@ impl InterProcessMultiLock {
             if guard.whole() {
                 return Ok(Some(guard));
             }
-            drop(guard);
+            let _ = guard.release_by(Some(deadline.max(Instant::now() + MIN_ATTEMPT)));
             if Instant::now() >= deadline {
                 return Ok(None);
             }
@@ -233,12 +235,13 @@ impl InterProcessMultiLock {
     }
 }
 
-/// Releases `held` last-taken first; the first error, after trying them all.
-fn release_all(mut held: Vec<Held<'_>>) -> Result<()> {
+/// Releases `held` last-taken first, each waiting at most until `deadline` for the server;
+/// the first error, after trying them all.
+fn release_all(mut held: Vec<Held<'_>>, deadline: Option<Instant>) -> Result<()> {
     let mut first = Ok(());
     while let Some(h) = held.pop() {
         let path = h.lease().node_path().to_owned();
-        if let Err(e) = h.release() {
+        if let Err(e) = h.release_by(deadline) {
             warn!("releasing {path}: {e}");
             if first.is_ok() {
                 first = Err(e);
@@ -312,13 +315,17 @@ impl MultiLockGuard<'_> {
     /// Releases every lock now (the last taken first) and reports how the holds ended: the
     /// first error (`SessionLost` for a hold not certainly valid up to now); every lock is
     /// released either way.
-    pub fn release(mut self) -> Result<()> {
-        release_all(std::mem::take(&mut self.held))
+    pub fn release(self) -> Result<()> {
+        self.release_by(None)
+    }
+
+    fn release_by(mut self, deadline: Option<Instant>) -> Result<()> {
+        release_all(std::mem::take(&mut self.held), deadline)
     }
 }
 
 impl Drop for MultiLockGuard<'_> {
     fn drop(&mut self) {
-        let _ = release_all(std::mem::take(&mut self.held));
+        let _ = release_all(std::mem::take(&mut self.held), None);
     }
 }

@@ -178,9 +178,15 @@ impl InterProcessSemaphoreV2 {
 
 impl SemaphoreLease {
     /// Releases the lease now and reports how it ended.
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
+        self.release_by(None)
+    }
+
+    /// [`release`](Self::release), waiting at most until `deadline` for the node's deletion
+    /// (the janitor finishes what cannot be done by then).
+    pub(crate) fn release_by(mut self, deadline: Option<Instant>) -> Result<()> {
         self.released = true;
-        self.inner.leases.release(&self.lease, None)
+        self.inner.leases.release(&self.lease, deadline)
     }
 }
 

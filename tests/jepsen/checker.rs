@@ -255,14 +255,20 @@ pub fn check(
                 w.recipe, rec.malformed
             ));
         }
+        // Holds are of the worker's lock, but for a multi-lock's, which are of the mutex
+        // recipe's lock first (and of its second lock, below).
+        let own = crate::hold_files(w)
+            .first()
+            .map_or(w.recipe, |(lock, _)| *lock);
         by_recipe
-            .entry(w.recipe)
+            .entry(own)
             .or_default()
             .extend(rec.holds.into_iter().map(|h| (i, h)));
-        // A partition worker's holds are per item, each item a lock of its own.
+        // A partition worker's holds are per item, each item a lock of its own; a multi-lock
+        // worker's are also of its second lock.
         for (lock, file) in crate::hold_files(w)
             .into_iter()
-            .filter(|(l, _)| *l != w.recipe)
+            .filter(|(_, f)| *f != w.records)
         {
             let items = read(&file);
             report.holds += items.holds.len();

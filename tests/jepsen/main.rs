@@ -66,7 +66,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 9] = [
+const RECIPES: [&str; 10] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -76,6 +76,7 @@ const RECIPES: [&str; 9] = [
     "leader-selector",
     "leader-latch",
     "partition",
+    "multi-lock",
 ];
 /// The items the `partition` recipe's workers share, each checked as a lock of its own: its
 /// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
@@ -87,16 +88,26 @@ const PARTITION_ITEMS: [&str; 4] = [
     "partition/i3",
 ];
 
-/// The files a worker's holds are in, each with the lock they are of: its records for every
-/// recipe but `partition`, whose holds are per item.
+/// The second lock of the `multi-lock` recipe's sets; the first is the `mutex` recipe's, so
+/// that its holds are checked against the mutex workers' as well as each other's.
+const MULTI_SECOND: &str = "multi-lock/b";
+
+/// The files a worker's holds are in, each with the lock they are of: its records, for every
+/// recipe but `partition`, whose holds are per item, and `multi-lock`, whose holds are of two
+/// locks (the mutex recipe's, with the first lock's tokens in its records, and its own second
+/// lock, with that one's tokens in `<records>.b`).
 fn hold_files(w: &Worker) -> Vec<(&'static str, PathBuf)> {
-    if w.recipe != "partition" {
-        return vec![(w.recipe, w.records.clone())];
+    match w.recipe {
+        "partition" => PARTITION_ITEMS
+            .iter()
+            .map(|group| (*group, item_records(&w.records, group)))
+            .collect(),
+        "multi-lock" => vec![
+            ("mutex", w.records.clone()),
+            (MULTI_SECOND, item_records(&w.records, MULTI_SECOND)),
+        ],
+        recipe => vec![(recipe, w.records.clone())],
     }
-    PARTITION_ITEMS
-        .iter()
-        .map(|group| (*group, item_records(&w.records, group)))
-        .collect()
 }
 
 /// Where a partition worker writes the records of `group`'s item.

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
-use zk_recipes::lock::{Lease, LockOptions, RunError, WhileHeld};
+use zk_recipes::lock::{InterProcessMultiLock, Lease, LockOptions, LockSpec, RunError, WhileHeld};
 use zk_recipes::partition::Partitioner;
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
@@ -145,7 +145,10 @@ pub fn worker() -> ! {
     let coordinator = Arc::new(Coordinator {
         answers,
         asking: Mutex::new(()),
-        gated: recipe != "semaphore-v2x2" && recipe != "partition",
+        gated: !matches!(
+            recipe.as_str(),
+            "semaphore-v2x2" | "partition" | "multi-lock"
+        ),
     });
     let client = connect(&id, SESSION);
     let scratch = format!("{path}-scratch/{id}");
@@ -271,6 +274,81 @@ pub fn worker() -> ! {
                     records.line(format!("H {start} {end} {token}"));
                     ctx.coordinator.gate(token, false, acquired);
                     idle_then_write(&ctx, &lease, &mut rng);
+                }
+            }
+        }
+        "multi-lock" => {
+            // Sets of two locks: the mutex recipe's (its workers contend for it alone) and one
+            // of this recipe's own. Each piece is written down twice, with each lock's token:
+            // to the records (the mutex's) and to `<records>.b` (the second lock's).
+            let parent = path.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
+            let (first_path, second_path) = (format!("{parent}/mutex"), format!("{path}-b"));
+            let multi = InterProcessMultiLock::with_locks(
+                &client,
+                vec![
+                    LockSpec::Mutex(first_path.clone()),
+                    LockSpec::Mutex(second_path.clone()),
+                ],
+            )
+            .expect("recipe");
+            let out = var("ZKR_JEPSEN_OUT");
+            let second = Records(Mutex::new(
+                OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(crate::item_records(
+                        std::path::Path::new(&out),
+                        crate::MULTI_SECOND,
+                    ))
+                    .expect("second lock's records"),
+            ));
+            loop {
+                let patience = Duration::from_millis(rng.u64(100..3000));
+                let asked = mono();
+                let got = multi.try_acquire_for(patience);
+                if got.is_err() {
+                    records.line(format!("F {}", mono()));
+                }
+                records.line(format!("T {asked} {} {}", mono(), patience.as_nanos()));
+                let Ok(Some(guard)) = got else { continue };
+                let Ok(tokens) = guard.fencing_tokens() else {
+                    continue;
+                };
+                // Each lock's token, by its node's path.
+                let token_of = |lock: &str| {
+                    tokens
+                        .iter()
+                        .find(|(node, _)| node.starts_with(&format!("{lock}/")))
+                        .map(|(_, t)| *t)
+                };
+                let (Some(first), Some(other)) = (token_of(&first_path), token_of(&second_path))
+                else {
+                    continue;
+                };
+                let acquired = mono();
+                records.line(format!("A {acquired}"));
+                second.line(format!("A {acquired}"));
+                for _ in 0..rng.u32(1..=20) {
+                    let work = Duration::from_millis(rng.u64(1..50));
+                    match guard.run(|| {
+                        let start = mono();
+                        // The work itself (a stand-in for a real job's), not a synchronisation.
+                        thread::sleep(work);
+                        (start, mono())
+                    }) {
+                        Ok((start, end)) => {
+                            records.line(format!("H {start} {end} {first}"));
+                            second.line(format!("H {start} {end} {other}"));
+                        }
+                        Err(RunError::Expired { .. }) => {
+                            records.line(format!("X {} E", mono()));
+                            break;
+                        }
+                        Err(_) => {
+                            records.line(format!("X {} N", mono()));
+                            break;
+                        }
+                    }
                 }
             }
         }
