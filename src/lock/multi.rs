@@ -215,7 +215,8 @@ impl InterProcessMultiLock {
                     outcome => {
                         // Logged there; what the caller hears is why the set was not taken.
                         // Given back within the caller's deadline (the janitor finishes).
-                        let _ = release_all(held, Some(deadline.max(Instant::now() + MIN_ATTEMPT)));
+                        let by = deadline.max(Instant::now() + MIN_ATTEMPT);
+                        let _ = release_all(held, Some(by));
                         return outcome.map(|_| None);
                     }
                 }
