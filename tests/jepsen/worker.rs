@@ -303,7 +303,10 @@ pub fn worker() -> ! {
                     .expect("second lock's records"),
             ));
             loop {
-                let patience = Duration::from_millis(rng.u64(100..3000));
+                // More patience than the single locks' (5–15 s): a set waits in the mutex
+                // workers' line holding its own lock, and with their patience it starved there
+                // (the own lock not held again within a checkpoint's 30 s, in a CI run).
+                let patience = Duration::from_millis(rng.u64(5000..15000));
                 let asked = mono();
                 let got = multi.try_acquire_for(patience);
                 if got.is_err() {
