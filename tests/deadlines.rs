@@ -605,15 +605,7 @@ fn closing_a_selector_that_waits_its_turn_returns_within_its_bound() {
     })
     .expect("the second selector never queued");
     // Once in line, it watches the leader's node and waits.
-    let (closed_tx, closed_rx) = crossbeam_channel::bounded(1);
-    let started = Instant::now();
-    thread::spawn(move || {
-        waiting.close();
-        let _ = closed_tx.send(started.elapsed());
-    });
-    let took = closed_rx
-        .recv_timeout(zk_recipes::leader::CLOSE_WAIT + EPSILON)
-        .expect("close() of a waiting selector did not return within its bound");
+    let took = close_on_a_thread(waiting);
     assert!(
         took <= zk_recipes::leader::CLOSE_WAIT + EPSILON,
         "close() returned after {took:?}"
@@ -655,15 +647,7 @@ fn closing_a_waiting_selector_whose_server_is_unreachable_returns_within_its_bou
         Fault::Refused => proxy.refuse(),
         Fault::Silent => proxy.blackhole(),
     }
-    let (closed_tx, closed_rx) = crossbeam_channel::bounded(1);
-    let started = Instant::now();
-    thread::spawn(move || {
-        waiting.close();
-        let _ = closed_tx.send(started.elapsed());
-    });
-    let took = closed_rx
-        .recv_timeout(SOON)
-        .expect("close() of a waiting selector never returned");
+    let took = close_on_a_thread(waiting);
     assert!(
         took <= zk_recipes::leader::CLOSE_WAIT + EPSILON,
         "{fault:?}: close() returned after {took:?}"
@@ -686,4 +670,18 @@ fn leading_selector(client: &Client, path: &str) -> zk_recipes::leader::LeaderSe
     leading.start().unwrap();
     led_rx.recv_timeout(SOON).expect("the first selector leads");
     leading
+}
+
+/// Closes `selector` on a thread of its own (a close that hangs fails the test rather than
+/// holding it) and returns how long the close took.
+fn close_on_a_thread(selector: zk_recipes::leader::LeaderSelector) -> Duration {
+    let (closed_tx, closed_rx) = crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        selector.close();
+        let _ = closed_tx.send(started.elapsed());
+    });
+    closed_rx
+        .recv_timeout(SOON)
+        .expect("close() of a waiting selector never returned")
 }
