@@ -68,6 +68,21 @@ fn idle_library_threads_do_not_wake_up() {
         (other.children(&leases).ok()?.len() == 2).then_some(())
     })
     .expect("the second lease never queued");
+    // The issue-37 recipes' threads, settled: a kept node and a worker's share.
+    let node = zk_recipes::nodes::PersistentNode::new(
+        &client,
+        &format!("{path}-node"),
+        zk_recipes::nodes::NodeMode::Ephemeral,
+        b"",
+    )
+    .unwrap();
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    let share =
+        zk_recipes::partition::Partitioner::new(&other, &format!("{path}-share"), "w", ["a", "b"])
+            .unwrap();
+    share.start().unwrap();
+    assert!(share.wait_settled(SOON));
 
     let before = wakeups();
     // The measurement window (not a synchronisation): wake-ups are counted over it.
@@ -82,7 +97,7 @@ fn idle_library_threads_do_not_wake_up() {
             }
         }
     }
-    assert!(before.len() >= 5, "threads seen: {before:?}");
+    assert!(before.len() >= 8, "threads seen: {before:?}");
     assert!(busy.is_empty(), "threads woke while idle: {busy:?}");
     assert!(waiter.join().unwrap().unwrap().is_none());
 }

@@ -129,7 +129,7 @@ impl DistributedDoubleBarrier {
     pub fn enter_until(&self, deadline: Instant) -> Result<bool> {
         let entered = self.until_done(deadline, |watching, looks| self.enter_step(watching, looks));
         if !matches!(entered, Ok(true)) {
-            self.drop_own_node();
+            self.drop_own_node(deadline.max(Instant::now() + MIN_ATTEMPT));
         }
         entered
     }
@@ -203,12 +203,11 @@ impl DistributedDoubleBarrier {
         let left = self.until_done(deadline, |watching, looks| {
             self.leave_step(watching, looks, &mut round)
         });
-        self.drop_own_node();
-        let client = self
-            .core
-            .client
-            .with_deadline(deadline.max(Instant::now() + super::CLEAN_UP_WAIT));
-        if let Err(e) = client.delete(&self.ready) {
+        // Within the caller's deadline (at least MIN_ATTEMPT): what the server has not
+        // answered by then, the janitor finishes (our node), or the next leaver does (`ready`).
+        let by = deadline.max(Instant::now() + MIN_ATTEMPT);
+        self.drop_own_node(by);
+        if let Err(e) = self.core.client.with_deadline(by).delete(&self.ready) {
             log::debug!("{}: {e}", self.ready);
         }
         left
@@ -249,7 +248,7 @@ impl DistributedDoubleBarrier {
             return Ok(Step::Done(true));
         };
         if members.len() == 1 && ours == Some(0) {
-            self.drop_own_node();
+            self.drop_own_node(deadline);
             return Ok(Step::Done(true));
         }
         let watched = paths::join(
@@ -264,7 +263,7 @@ impl DistributedDoubleBarrier {
             Err(e) => return passable(e),
         };
         if ours.is_some_and(|i| i > 0) {
-            self.drop_own_node();
+            self.drop_own_node(deadline);
         }
         // The watched node went before the look: look again at once.
         Ok(if there { Step::Wait } else { Step::Again })
@@ -314,12 +313,13 @@ impl DistributedDoubleBarrier {
         }
     }
 
-    /// Takes our member node away (now, or through the client's janitor).
-    fn drop_own_node(&self) {
+    /// Takes our member node away: now, waiting at most until `by`, or through the client's
+    /// janitor.
+    fn drop_own_node(&self, by: Instant) {
         if let Some(m) = self.own.lock().take() {
             self.core
                 .client
-                .with_deadline(Instant::now() + super::CLEAN_UP_WAIT)
+                .with_deadline(by)
                 .remove_own(&m.path, m.session);
         }
     }
@@ -327,7 +327,7 @@ impl DistributedDoubleBarrier {
 
 impl Drop for DistributedDoubleBarrier {
     fn drop(&mut self) {
-        self.drop_own_node();
+        self.drop_own_node(Instant::now() + super::CLEAN_UP_WAIT);
     }
 }
 

@@ -342,8 +342,10 @@ impl Inner {
     }
 
     /// One pass, its calls bounded by `PASS_WAIT`. Returns when to look again without an
-    /// event: the earliest lease bound (so that a lease that runs out is let go, and the item
-    /// taken again), or soon after an item whose take failed.
+    /// event: soon after an item whose take failed, else never (the thread sleeps until a
+    /// watch or a state change: a lease whose bound ran out on a silent connection is hidden
+    /// by `owned()` at once, and let go on the suspension or loss that follows; one whose
+    /// bound comes back with the heartbeats is kept).
     fn pass(
         &self,
         stop: &Receiver<()>,
@@ -419,11 +421,7 @@ impl Inner {
             state.generation += 1;
             self.changed.notify_all();
         }
-        let bound = state.owned.values().filter_map(|l| l.valid_until()).min();
-        Ok(match (bound, retry) {
-            (Some(b), Some(r)) => Some(b.min(r)),
-            (b, r) => b.or(r),
-        })
+        Ok(retry)
     }
 
     /// Takes an item's lock without waiting in line; if it is busy, watches its line for the
