@@ -153,6 +153,34 @@ pub fn run_window(
     (counted, secs)
 }
 
+/// The coordinator of a run in rounds: for each of `rounds` rounds, releases the `n` members
+/// waiting at `go` (`n + 1` parties: they and the coordinator) and takes each member's
+/// (start, end) of the round from `results`. A round lasts from its first member's start to
+/// its last member's end; the rounds' durations. A member that fails or hangs is reported
+/// here, after a long wait, as a panic.
+pub fn rounds(
+    go: &Barrier,
+    results: &std::sync::mpsc::Receiver<(Instant, Instant)>,
+    n: usize,
+    rounds: usize,
+) -> Vec<Duration> {
+    (0..rounds)
+        .map(|_| {
+            go.wait();
+            let spans: Vec<(Instant, Instant)> = (0..n)
+                .map(|_| {
+                    results
+                        .recv_timeout(Duration::from_secs(180))
+                        .expect("every member's round (one failed or hung)")
+                })
+                .collect();
+            let first = spans.iter().map(|s| s.0).min().expect("a member");
+            let last = spans.iter().map(|s| s.1).max().expect("a member");
+            last - first
+        })
+        .collect()
+}
+
 /// Which lock the contended loop drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

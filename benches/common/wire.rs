@@ -19,6 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::figures::{uncontended_figures, Figures};
+
+pub mod batch;
 use super::{pct, process_cpu, run_window};
 
 const CREATE: i32 = 1;
