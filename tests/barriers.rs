@@ -343,3 +343,58 @@ fn a_late_leaver_does_not_wait_for_the_next_round() {
     assert!(late.enter(SOON).unwrap());
     assert!(next_round.join().unwrap().unwrap());
 }
+
+/// A `ready` node an earlier round left behind (its leavers' deletes were not answered, as
+/// when every member's session went at once: the harness found it so) lets no member of the
+/// next round through before the party is whole; the member that completes the party
+/// replaces it, and everyone passes.
+#[test]
+fn a_ready_node_left_by_an_earlier_round_lets_no_member_through_alone() {
+    let path = root("barrier-stale-ready");
+    let (a, b) = (client(), client());
+    a.ensure_path(&format!("{path}/{READY_NODE}")).unwrap();
+    let first = DistributedDoubleBarrier::new(&a, &path, 2).unwrap();
+    assert!(
+        !first.enter(Duration::from_millis(300)).unwrap(),
+        "passed alone on an earlier round's ready node"
+    );
+    assert!(
+        members(&a, &path).is_empty(),
+        "a member that gave up left its node"
+    );
+    let entering = {
+        let path = path.clone();
+        thread::spawn(move || {
+            let second = DistributedDoubleBarrier::new(&b, &path, 2).unwrap();
+            second.enter(SOON).unwrap()
+        })
+    };
+    assert!(first.enter(SOON).unwrap(), "the whole party did not pass");
+    assert!(entering.join().unwrap(), "the whole party did not pass");
+}
+
+/// A node of this member's own session left under the barrier (a give-up whose delete was
+/// not answered, still with the client's janitor) is not counted as another member: with
+/// a party of two, the member does not pass alone beside its own leftover (the adversarial
+/// review's finding).
+#[test]
+fn a_members_own_leftover_node_is_not_counted_as_another_member() {
+    let path = root("barrier-own-leftover");
+    let a = client();
+    let session = a.session_id().unwrap().0 as u64;
+    // Named as the barrier names a member of this session (UUID-shaped, the session first).
+    let leftover = format!(
+        "{path}/{:08x}-{:04x}-{:04x}-0000-0000000fffff",
+        session >> 32,
+        (session >> 16) & 0xffff,
+        session & 0xffff
+    );
+    a.ensure_path(&path).unwrap();
+    a.create(&leftover, &[], zk_recipes::CreateMode::Ephemeral)
+        .unwrap();
+    let barrier = DistributedDoubleBarrier::new(&a, &path, 2).unwrap();
+    assert!(
+        !barrier.enter(Duration::from_millis(300)).unwrap(),
+        "passed with its own leftover node counted as a second member"
+    );
+}

@@ -9,7 +9,7 @@ use super::watching::Watching;
 use crate::lock::core::LockCore;
 use crate::lock::names::ProtectedId;
 use crate::lock::MIN_ATTEMPT;
-use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId};
+use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId, ZkCode};
 
 /// The node whose creation lets every member through [`enter`]: Curator's name.
 ///
@@ -63,6 +63,9 @@ struct Member {
     /// the session: a create whose answer was lost goes again under the same name, so a
     /// member is never counted twice.
     made: bool,
+    /// The transaction that made it (once made): a `ready` node made after it is this
+    /// round's.
+    czxid: i64,
 }
 
 impl std::fmt::Debug for DistributedDoubleBarrier {
@@ -158,36 +161,71 @@ impl DistributedDoubleBarrier {
 
     /// One look: `ready` watched first (the last member to enter creates it, and its
     /// creation wakes the rest), then our node made if this session has none, then the count.
+    ///
+    /// A `ready` node counts only if it was made (or renewed) after our node, by a member that
+    /// had counted the party whole. One older than our node is an earlier round's, left
+    /// behind when no leaver's delete was answered (every member's session lost at once,
+    /// say): it lets nobody through, and the member that completes the party renews it (a
+    /// write at the version it read, so a late renewal cannot land on a newer one; the write
+    /// wakes the members watching it). Nodes of our own session but ours (a give-up whose
+    /// delete the janitor still owes) are not counted as members.
     fn enter_step(&self, watching: &mut Watching<'_>, deadline: Instant) -> Result<Step> {
         let client = self.core.client.with_deadline(deadline);
         let ready = match client.exists_watch(&self.ready, watching.tx()) {
             Ok(stat) => {
                 watching.watching(&self.ready);
-                stat.is_some()
+                stat
             }
             Err(e) => return passable(e),
         };
-        if let Err(e) = self.ensure_own_node(&client) {
-            return passable(e);
-        }
-        if ready {
+        let own = match self.ensure_own_node(&client) {
+            Ok(own) => own,
+            Err(e) => return passable(e),
+        };
+        if ready.is_some_and(|stat| stat.mzxid > own.czxid) {
             return Ok(Step::Done(true));
         }
+        let own_name = paths::node_name(&own.path);
         let members = match client.children(&self.core.path) {
-            Ok(names) => names.iter().filter(|n| *n != READY_NODE).count(),
+            Ok(names) => names
+                .iter()
+                .filter(|n| {
+                    *n != READY_NODE
+                        && (*n == own_name || ProtectedId::session_of_id(n) != Some(own.session))
+                })
+                .count(),
             Err(e) => return passable(e),
         };
         if members < self.member_qty {
             return Ok(Step::Wait);
         }
-        match client.create(&self.ready, &[], CreateMode::Persistent) {
-            Err(e) if !e.is_node_exists() => passable(e),
-            _ => Ok(Step::Done(true)),
+        let renewed = match ready {
+            Some(old) => client
+                .set_data(&self.ready, &[], Some(old.version))
+                .map(|_| ()),
+            None => client
+                .create(&self.ready, &[], CreateMode::Persistent)
+                .map(|_| ()),
+        };
+        match renewed {
+            Ok(()) => Ok(Step::Done(true)),
+            // Renewed, made or deleted by another member meanwhile (or by our own write
+            // whose answer was lost): the next look sees which.
+            Err(e) if e.is_node_exists() || e.is_no_node() || e.is_code(ZkCode::BadVersion) => {
+                Ok(Step::Again)
+            }
+            Err(e) => passable(e),
         }
     }
 
     /// Leaves, and waits (at most `timeout`) until every member has: true then, false if the
     /// time ran out first (this member is out either way).
+    ///
+    /// After `false` the round did not end for everyone: a member still leaving it keeps its
+    /// node for a while, and the barrier's nodes carry no round to tell that node from a
+    /// member of the next (nor can they tell a node whose session its client gave up on but
+    /// the servers have not yet expired). A party that goes on after a failed leave, or after
+    /// a member's `Lost`, should meet at a fresh path.
     pub fn leave(&self, timeout: Duration) -> Result<bool> {
         self.leave_until(Instant::now() + timeout)
     }
@@ -269,15 +307,15 @@ impl DistributedDoubleBarrier {
         Ok(if there { Step::Wait } else { Step::Again })
     }
 
-    /// Makes our member node if the client's session has none of ours.
-    fn ensure_own_node(&self, client: &Client) -> Result<()> {
+    /// Makes our member node if the client's session has none of ours; returns it.
+    fn ensure_own_node(&self, client: &Client) -> Result<Member> {
         let Some(session) = client.session_id() else {
             return Err(Error::ConnectionLoss);
         };
         let path = {
             let mut own = self.own.lock();
             match own.as_ref() {
-                Some(m) if m.session == session && m.made => return Ok(()),
+                Some(m) if m.session == session && m.made => return Ok(m.clone()),
                 Some(m) if m.session == session => m.path.clone(),
                 _ => {
                     let path = paths::join(&self.core.path, ProtectedId::next(session).as_str());
@@ -285,28 +323,31 @@ impl DistributedDoubleBarrier {
                         path: path.clone(),
                         session,
                         made: false,
+                        czxid: 0,
                     });
                     path
                 }
             }
         };
         let made = match client.create_under_containers(&path, &[], CreateMode::Ephemeral) {
-            Ok((_, _, under)) => Some(under),
+            Ok((_, stat, under)) => Some((under, stat.czxid)),
             // An earlier create under this name whose answer was lost: the name carries our
             // session, so the node is ours; its owner says under which session it was made.
             Err(e) if e.is_node_exists() => client
                 .exists(&path)?
-                .map(|stat| SessionId(stat.ephemeral_owner)),
+                .map(|stat| (SessionId(stat.ephemeral_owner), stat.czxid)),
             Err(e) => return Err(e),
         };
         match made {
-            Some(under) => {
-                *self.own.lock() = Some(Member {
+            Some((under, czxid)) => {
+                let member = Member {
                     path,
                     session: under,
                     made: true,
-                });
-                Ok(())
+                    czxid,
+                };
+                *self.own.lock() = Some(member.clone());
+                Ok(member)
             }
             // Gone again already: its session was lost meanwhile. The next look makes another.
             None => Err(Error::ConnectionLoss),

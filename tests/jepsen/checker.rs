@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zk_recipes::lock::MIN_ATTEMPT;
 
+use crate::membership::{self, BARRIER, GROUP};
 use crate::{Worker, EPSILON};
 
 /// One hold: from the moment its acquire returned (`A`) to the end of the last piece of work
@@ -195,6 +196,13 @@ pub struct Report {
     pub gate_writes: usize,
     pub zombie_writes: usize,
     pub zombies_refused: usize,
+    /// Double-barrier passes (enter and leave) checked, and those that broke the barrier's
+    /// promise.
+    pub barrier_passes: usize,
+    pub barrier: Vec<String>,
+    /// Group members' looks at their own nodes, and nodes gone under a live session.
+    pub looks: usize,
+    pub presence: Vec<String>,
 }
 
 impl Report {
@@ -206,6 +214,8 @@ impl Report {
             .chain(&self.late)
             .chain(&self.fenced)
             .chain(&self.missed_turns)
+            .chain(&self.barrier)
+            .chain(&self.presence)
             .chain(&self.lost)
     }
 }
@@ -219,14 +229,52 @@ pub fn capacity(recipe: &str) -> usize {
     }
 }
 
+/// True if the records `text` of `lock` (a lock, a partition's item, the double barrier or a
+/// group member) show progress after `since`: a piece of work vouched for, a barrier's enter
+/// passed, a member's node seen on its session.
+pub fn progress_since(lock: &str, text: &str, since: u64) -> bool {
+    if lock == BARRIER {
+        membership::parse_calls(text)
+            .passes(false)
+            .any(|(_, at)| at > since)
+    } else if lock.starts_with(&format!("{GROUP}/")) {
+        membership::seen_since(&membership::parse_looks(text), since)
+    } else {
+        parse(text).holds.iter().any(|h| h.last_piece > since)
+    }
+}
+
 pub fn check(
     workers: &[Worker],
     pauses: &[(usize, u64, u64)],
     gates: &HashMap<&'static str, Vec<GateWrite>>,
+    horizon: u64,
 ) -> Report {
     let mut report = Report::default();
     let mut by_recipe: HashMap<&'static str, Vec<(usize, Hold)>> = HashMap::new();
+    let mut barrier = Vec::new();
     for (i, w) in workers.iter().enumerate() {
+        // The recipes that hold nothing exclusively have records and rules of their own.
+        if w.recipe == BARRIER || w.recipe == GROUP {
+            let text = std::fs::read_to_string(&w.records).unwrap_or_default();
+            let malformed = if w.recipe == BARRIER {
+                let calls = membership::parse_calls(&text);
+                let malformed = calls.malformed;
+                barrier.push((i, calls));
+                malformed
+            } else {
+                let looks = membership::parse_looks(&text);
+                report.looks += membership::check_group(i, &looks, &mut report.presence);
+                looks.malformed
+            };
+            if malformed > 0 {
+                report.lost.push(format!(
+                    "{}: worker {i} wrote {malformed} records that do not parse",
+                    w.recipe
+                ));
+            }
+            continue;
+        }
         let rec = read(&w.records);
         report.holds += rec.holds.len();
         report.read_holds += rec.holds.iter().filter(|h| !h.exclusive).count();
@@ -317,6 +365,7 @@ pub fn check(
             }
         }
     }
+    report.barrier_passes = membership::check_barrier(&barrier, horizon, &mut report.barrier);
     for (recipe, holds) in by_recipe {
         sweep(recipe, holds, &mut report);
     }
@@ -444,6 +493,7 @@ fn check_gate(recipe: &str, writes: &[GateWrite], report: &mut Report) {
 /// The checker's rules, each shown to fire on records made to break it (run before every
 /// harness run: a checker that cannot fail proves nothing).
 pub fn self_test() {
+    membership::self_test();
     let hold = |start: u64, end: u64, token: i64, exclusive: bool| Hold {
         start,
         end,

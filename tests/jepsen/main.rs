@@ -19,6 +19,11 @@
 //!   to after each vouched piece, and once more as zombies after their lease refused a `run`)
 //!   never takes an older hold's write after a newer hold's, nor refuses the newer for the
 //!   older's token;
+//! - a double barrier's member passes enter only if at some instant of its call every member
+//!   was in (entering, inside, leaving, or with a node of a session its client gave up on
+//!   still standing), and leave only if at some instant none stayed inside (`membership.rs`);
+//! - a group member's node, once seen on a session, is never missing while that session
+//!   lives, and is seen again after the faults;
 //! - no record is lost and no worker exits on its own.
 //!
 //! `--stop-at-first` checks the records after every fault and stops at the first violation,
@@ -46,6 +51,7 @@ use zk_recipes::lock::FencingGate;
 use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 
 mod checker;
+mod membership;
 mod nemesis;
 #[allow(dead_code)]
 #[path = "../common/pki.rs"]
@@ -66,7 +72,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 10] = [
+const RECIPES: [&str; 12] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -77,6 +83,8 @@ const RECIPES: [&str; 10] = [
     "leader-latch",
     "partition",
     "multi-lock",
+    "double-barrier",
+    "group",
 ];
 /// The items the `partition` recipe's workers share, each checked as a lock of its own: its
 /// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
@@ -92,6 +100,11 @@ const PARTITION_ITEMS: [&str; 4] = [
 /// that its holds are checked against the mutex workers' as well as each other's.
 const MULTI_SECOND: &str = "multi-lock/b";
 
+/// The members of the `group` recipe, one per worker, each checked on its own: its node, once
+/// seen on a session, stays while that session lives, and it is seen again on its session
+/// after the faults.
+const GROUP_MEMBERS: [&str; WORKERS_PER_RECIPE] = ["group/m0", "group/m1", "group/m2"];
+
 /// The files a worker's holds are in, each with the lock they are of: its records, for every
 /// recipe but `partition`, whose holds are per item, and `multi-lock`, whose holds are of two
 /// locks (the mutex recipe's, with the first lock's tokens in its records, and its own second
@@ -106,6 +119,7 @@ fn hold_files(w: &Worker) -> Vec<(&'static str, PathBuf)> {
             ("mutex", w.records.clone()),
             (MULTI_SECOND, item_records(&w.records, MULTI_SECOND)),
         ],
+        "group" => vec![(GROUP_MEMBERS[w.member], w.records.clone())],
         recipe => vec![(recipe, w.records.clone())],
     }
 }
@@ -124,6 +138,10 @@ const SEMAPHORE_LEASES: usize = 2;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 /// How soon every lock must be held again once the faults pause.
 const SETTLE: Duration = Duration::from_secs(30);
+/// How long after a barrier's pass the records that excuse it may still be unwritten: a
+/// member's client writes that its session was lost once it reaches a server again, after a
+/// pause or a cut of up to 9 s.
+const UNWRITTEN: Duration = Duration::from_secs(20);
 /// Default length of the fault phase (CI): long enough for the first round, which draws every
 /// kind once (about 80 s with all 23 when each finds its cue soon).
 const CI_SECONDS: u64 = 110;
@@ -262,6 +280,8 @@ struct Worker {
     reader: Option<JoinHandle<()>>,
     proxies: Vec<FaultProxy>,
     records: PathBuf,
+    /// Which of its recipe's workers it is (`0..WORKERS_PER_RECIPE`).
+    member: usize,
 }
 
 /// Every worker process, and what the coordinator keeps for them: each lock's protected
@@ -293,9 +313,17 @@ impl Workers {
             .collect()
     }
 
-    /// The records checked as they are now.
+    /// The records checked as they are now, once the run is over: every record written.
     fn check(&self, pauses: &[(usize, u64, u64)]) -> Report {
-        check(&self.workers, pauses, &self.gate_writes())
+        check(&self.workers, pauses, &self.gate_writes(), u64::MAX)
+    }
+
+    /// The records checked while the workers run: a barrier's passes of the last
+    /// `UNWRITTEN` are left for later, as what excuses them (a member's client saying its
+    /// session was lost, once it is back from a pause or a cut) may not be written yet.
+    fn check_so_far(&self, pauses: &[(usize, u64, u64)]) -> Report {
+        let horizon = mono().saturating_sub(UNWRITTEN.as_nanos() as u64);
+        check(&self.workers, pauses, &self.gate_writes(), horizon)
     }
 
     /// Workers whose process ended before the coordinator ended it.
@@ -516,7 +544,7 @@ fn run(o: &Options) {
                 slowest_recovery = slowest_recovery.max(waited.elapsed());
             }
             if o.stop_at_first {
-                let report = workers.check(&nemesis.pauses.lock());
+                let report = workers.check_so_far(&nemesis.pauses.lock());
                 let found = report
                     .violations()
                     .chain(&stuck_at_checkpoints)
@@ -569,6 +597,8 @@ fn run(o: &Options) {
          progress checkpoints (slowest recovery {slowest_recovery:?}), overlaps {}, \
          stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
          turns missed {} of {} that came to paused waiters, \
+         double-barrier passes {} ({} broke it), group looks {} ({} found a node gone \
+         under a live session), \
          held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
@@ -588,6 +618,10 @@ fn run(o: &Options) {
         report.worst_overrun,
         report.missed_turns.len(),
         report.turns,
+        report.barrier_passes,
+        report.barrier.len(),
+        report.looks,
+        report.presence.len(),
     );
     for line in report
         .violations()
@@ -619,6 +653,14 @@ fn run(o: &Options) {
         report.missed_turns.is_empty(),
         "a waiter whose turn came did not take the lock (a lost wake-up); {replay}"
     );
+    assert!(
+        report.barrier.is_empty(),
+        "a member passed the double barrier before the others; {replay}"
+    );
+    assert!(
+        report.presence.is_empty(),
+        "a group member's node went while its session lived; {replay}"
+    );
     assert!(report.lost.is_empty(), "records were lost; {replay}");
     assert!(
         exited.is_empty() && statuses.is_empty(),
@@ -633,6 +675,7 @@ fn run(o: &Options) {
         "not held again within {settle:?} of the last fault: {stuck:?}; {replay}"
     );
     assert!(report.holds > 0 && report.timed > 0 && report.gate_writes > 0);
+    assert!(report.barrier_passes > 0 && report.looks > 0);
     drop(keep);
     drop(dir);
 }
@@ -762,6 +805,7 @@ fn spawn(
                 reader: Some(reader),
                 proxies,
                 records,
+                member: k,
             });
         }
     }
@@ -833,12 +877,10 @@ fn not_held_since(workers: &Workers, since: u64) -> Vec<&'static str> {
     locks.sort_unstable();
     locks.dedup();
     locks.retain(|lock| {
-        !files.iter().filter(|(l, _)| l == lock).any(|(_, file)| {
-            checker::parse(&tail(file))
-                .holds
-                .iter()
-                .any(|h| h.last_piece > since)
-        })
+        !files
+            .iter()
+            .filter(|(l, _)| l == lock)
+            .any(|(_, file)| checker::progress_since(lock, &tail(file), since))
     });
     locks
 }

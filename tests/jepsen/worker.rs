@@ -35,7 +35,9 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
+use zk_recipes::barriers::DistributedDoubleBarrier;
 use zk_recipes::lock::{InterProcessMultiLock, Lease, LockOptions, LockSpec, RunError, WhileHeld};
+use zk_recipes::nodes::GroupMember;
 use zk_recipes::partition::Partitioner;
 use zk_recipes::{
     Client, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
@@ -147,7 +149,7 @@ pub fn worker() -> ! {
         asking: Mutex::new(()),
         gated: !matches!(
             recipe.as_str(),
-            "semaphore-v2x2" | "partition" | "multi-lock"
+            "semaphore-v2x2" | "partition" | "multi-lock" | "double-barrier" | "group"
         ),
     });
     let client = connect(&id, SESSION);
@@ -400,9 +402,182 @@ pub fn worker() -> ! {
                 share.wait_for_change(Duration::from_millis(rng.u64(5..50)));
             }
         }
+        "double-barrier" => double_barrier(&ctx, &mut rng, &path),
+        "group" => group_member(&ctx, &mut rng, &path, &id),
         other => panic!("unknown recipe {other}"),
     }
     std::process::exit(0)
+}
+
+/// Every state change of the worker's client, with its session (`C <when> <state> <session>`):
+/// a double barrier's member whose session was lost is out of its round, and a group
+/// member's observations are per session.
+fn record_states(ctx: &Ctx) {
+    let states = ctx.client.subscribe();
+    let records = ctx.records.clone();
+    // Not joined: it ends with the process.
+    let _ = thread::Builder::new().name("states".into()).spawn(move || {
+        while let Ok(e) = states.receiver().recv() {
+            records.line(format!("C {} {:?} {}", mono(), e.state, e.session_id.0));
+        }
+    });
+}
+
+/// Rounds of a double barrier of `WORKERS_PER_RECIPE` members, for ever: enter, work a while
+/// inside, leave, rest a while outside. Each call is written down as it begins (`E <when>`,
+/// `L <when>`) and as it returns (`R <when> P|T|F`: passed, timed out, failed): the checker
+/// knows at each instant whether a member was entering, inside, leaving or out, and proves
+/// that no member passed enter unless at some instant of its call all were in, and none
+/// passed leave while another stayed inside all through its call. A member's node of a
+/// session its client gave up on may outlive that (see `ghosts`).
+fn double_barrier(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
+    record_states(ctx);
+    let barrier =
+        DistributedDoubleBarrier::new(&ctx.client, path, WORKERS_PER_RECIPE).expect("recipe");
+    let made = ghosts(ctx);
+    let outcome = |r: &zk_recipes::Result<bool>| match r {
+        Ok(true) => 'P',
+        Ok(false) => 'T',
+        Err(_) => 'F',
+    };
+    loop {
+        // More patience than the locks': a round waits for its slowest member, whom the
+        // nemesis may pause for seconds.
+        let patience = Duration::from_millis(rng.u64(5000..15000));
+        ctx.records.line(format!("E {}", mono()));
+        let entered = barrier.enter(patience);
+        ctx.records
+            .line(format!("R {} {}", mono(), outcome(&entered)));
+        if matches!(entered, Ok(true)) {
+            if let Some(node) = barrier.node_path() {
+                if let Some(session) = session_of_member(&node) {
+                    made.lock().push((session, node));
+                }
+            }
+            // The phase's work inside the barrier (a stand-in for a real job's), not a
+            // synchronisation.
+            thread::sleep(Duration::from_millis(rng.u64(0..300)));
+            ctx.records.line(format!("L {}", mono()));
+            let left = barrier.leave(patience);
+            ctx.records.line(format!("R {} {}", mono(), outcome(&left)));
+        }
+        // Rest between rounds: a member out of the barrier for a while, so that a barrier
+        // that lets the others through without it is seen to.
+        thread::sleep(Duration::from_millis(rng.u64(0..300)));
+    }
+}
+
+/// A member's nodes that may outlive their session as its client sees it. A client calls a
+/// session lost when no server took it back within its timeout; the servers may keep it
+/// longer (a new leader gives every session a fresh timeout), and its node with it, which the
+/// others count. On each `Lost`, for the nodes made on that session (`made`, pushed by the
+/// member as `(session, path)`): `G0 <when> <session>` at once, then, once a look through the
+/// client finds none of them left (a watch on each waits for its deletion),
+/// `G1 <when> <session>`. The checker counts the member in between.
+fn ghosts(ctx: &Ctx) -> Arc<Mutex<Vec<(i64, String)>>> {
+    let made: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
+    let states = ctx.client.subscribe();
+    let (records, client, nodes) = (ctx.records.clone(), ctx.client.clone(), made.clone());
+    // Not joined: it ends with the process.
+    let _ = thread::Builder::new().name("ghosts".into()).spawn(move || {
+        while let Ok(e) = states.receiver().recv() {
+            if e.state != zk_recipes::ConnectionState::Lost {
+                continue;
+            }
+            // When the client decided it, on the records' clock.
+            let at = mono().saturating_sub(e.at.elapsed().as_nanos() as u64);
+            let lost = e.session_id.0;
+            let paths: Vec<String> = {
+                let mut nodes = nodes.lock();
+                let paths = nodes
+                    .iter()
+                    .filter(|(s, _)| *s == lost)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                nodes.retain(|(s, _)| *s != lost);
+                paths
+            };
+            if paths.is_empty() {
+                continue;
+            }
+            records.line(format!("G0 {at} {lost}"));
+            // Each loss watched apart: a second loss meanwhile is written down at once.
+            let (records, client) = (records.clone(), client.clone());
+            let _ = thread::Builder::new().name("ghost".into()).spawn(move || {
+                for node in paths {
+                    gone(&client, &node, lost);
+                }
+                records.line(format!("G1 {} {lost}", mono()));
+            });
+        }
+    });
+    made
+}
+
+/// Returns once `node` is gone or no longer `session`'s (a deletion waited for on a watch,
+/// each look bounded).
+fn gone(client: &Client, node: &str, session: i64) {
+    loop {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let quick = client.with_timeout(Duration::from_secs(1));
+        match quick.exists_watch(node, &tx) {
+            Ok(Some(stat)) if stat.ephemeral_owner == session => {
+                let _ = rx.recv_timeout(Duration::from_secs(1));
+            }
+            Ok(_) => return,
+            // The client without a session yet: its look again shortly.
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+        let _ = client.remove_watch(node, &tx);
+    }
+}
+
+/// The session a double barrier's member node was made on: its name's first 16 hex digits.
+fn session_of_member(node: &str) -> Option<i64> {
+    let name = node.rsplit('/').next()?;
+    let hex: String = name.get(..18)?.chars().filter(|c| *c != '-').collect();
+    u64::from_str_radix(hex.get(..16)?, 16)
+        .ok()
+        .map(|v| v as i64)
+}
+
+/// A group member, observed through its own session for ever: every 20–200 ms, whether its
+/// node is there and whose it is (`O <from> <to> <session> <1|0> <owner>`, from a read on
+/// `session` answered in `[from, to]`). After a read that did not find the node ours, a write
+/// on the same session (`V <when> <session>`): once it is answered, the session certainly
+/// lived when the node was missing (a session the leader expired takes no write), which is
+/// what the checker needs to call a missing node a broken promise.
+fn group_member(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str, id: &str) -> ! {
+    record_states(ctx);
+    let member = GroupMember::new(&ctx.client, path, id, id.as_bytes()).expect("recipe");
+    member.start().expect("start");
+    let node = format!("{path}/{id}");
+    loop {
+        // The observer's cadence, not a synchronisation.
+        thread::sleep(Duration::from_millis(rng.u64(20..200)));
+        // Each look's calls end within half a second of it (a deadline, not a per-call
+        // timeout).
+        let quick = ctx.client.with_timeout(Duration::from_millis(500));
+        let (from, before) = (mono(), ctx.client.session_id());
+        let looked = quick.exists(&node);
+        let (to, after) = (mono(), ctx.client.session_id());
+        let (Ok(stat), Some(session)) = (looked, before.filter(|s| Some(*s) == after)) else {
+            continue;
+        };
+        let owner = stat.map_or(0, |s| s.ephemeral_owner);
+        let ours = owner == session.0;
+        ctx.records.line(format!(
+            "O {from} {to} {} {} {owner}",
+            session.0,
+            u8::from(stat.is_some())
+        ));
+        if !ours
+            && quick.set_data(&ctx.scratch, b"v", None).is_ok()
+            && ctx.client.session_id() == Some(session)
+        {
+            ctx.records.line(format!("V {} {}", mono(), session.0));
+        }
+    }
 }
 
 /// Timed acquires forever; each hold vouches for 1 to 40 pieces of work (up to about two
