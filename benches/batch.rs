@@ -38,7 +38,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -52,7 +51,6 @@ use zk_recipes::lock::{InterProcessMultiLock, LockSpec};
 use zk_recipes::partition::{owner_of, Partitioner};
 use zk_recipes::{Client, CreateMode, Op};
 
-const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
 /// Debian's Python, which has `python3-kazoo` (a `python3` on the PATH may be another one).
 const PYTHON: &str = "/usr/bin/python3";
 const ITEMS: usize = 64;
@@ -750,33 +748,7 @@ impl Driver {
     }
 
     fn curator(connect: &str, clients: usize) -> Result<Driver, String> {
-        for tool in ["java", "javac"] {
-            if Command::new(tool).arg("-version").output().is_err() {
-                return Err(format!(
-                    "no `{tool}` (apt-get install default-jdk-headless)"
-                ));
-            }
-        }
-        for jar in CURATOR_JARS.split(':') {
-            if !Path::new(jar).exists() {
-                return Err(format!(
-                    "{jar} missing (apt-get install libcurator-recipes-java libslf4j-java)"
-                ));
-            }
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("curator-batch-bench");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/CuratorBatchBench.java");
-        let compiled = Command::new("javac")
-            .args(["-cp", CURATOR_JARS, "-d"])
-            .arg(&dir)
-            .arg(source)
-            .status()
-            .map_err(|e| e.to_string())?;
-        if !compiled.success() {
-            return Err("javac failed".into());
-        }
-        let cp = format!("{}:{CURATOR_JARS}", dir.display());
+        let cp = curator_driver("CuratorBatchBench")?;
         let mut d = Driver::spawn(
             "Curator",
             Command::new("java").args(["-Xmx1g", "-cp", &cp, "CuratorBatchBench", connect]),

@@ -21,7 +21,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
@@ -36,8 +35,6 @@ use zk_recipes::{Client, CreateMode, InterProcessMutex, Op};
 
 #[global_allocator]
 static HEAP: Counting = Counting;
-
-const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
 
 fn main() {
     let args = args();
@@ -713,38 +710,11 @@ struct Curator {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    _dir: std::path::PathBuf,
 }
 
 impl Curator {
     fn start(connect: &str, clients: usize) -> Result<Curator, String> {
-        for tool in ["java", "javac"] {
-            if Command::new(tool).arg("-version").output().is_err() {
-                return Err(format!(
-                    "no `{tool}` (apt-get install default-jdk-headless)"
-                ));
-            }
-        }
-        for jar in CURATOR_JARS.split(':') {
-            if !Path::new(jar).exists() {
-                return Err(format!(
-                    "{jar} missing (apt-get install libcurator-recipes-java libslf4j-java)"
-                ));
-            }
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("curator-bench");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/CuratorBench.java");
-        let compiled = Command::new("javac")
-            .args(["-cp", CURATOR_JARS, "-d"])
-            .arg(&dir)
-            .arg(source)
-            .status()
-            .map_err(|e| e.to_string())?;
-        if !compiled.success() {
-            return Err("javac failed".into());
-        }
-        let cp = format!("{}:{CURATOR_JARS}", dir.display());
+        let cp = curator_driver("CuratorBench")?;
         let mut child = Command::new("java")
             .args(["-Xmx1g", "-cp", &cp, "CuratorBench", connect])
             .stdin(Stdio::piped())
@@ -758,7 +728,6 @@ impl Curator {
             child,
             stdin,
             stdout,
-            _dir: dir,
         };
         c.ask(&format!("clients {clients}"));
         Ok(c)

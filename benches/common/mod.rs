@@ -24,6 +24,43 @@ pub struct Args {
     pub fsync: bool,
 }
 
+/// Curator 5.4's jars (Debian's `libcurator-recipes-java`) and a logger that says nothing.
+pub const CURATOR_JARS: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+
+/// Compiles the Java driver `benches/<class>.java` against Curator's jars into a directory of
+/// the build's, and returns the class path to run it with; or why it cannot run here.
+pub fn curator_driver(class: &str) -> Result<String, String> {
+    use std::path::Path;
+    use std::process::Command;
+    for tool in ["java", "javac"] {
+        if Command::new(tool).arg("-version").output().is_err() {
+            return Err(format!(
+                "no `{tool}` (apt-get install default-jdk-headless)"
+            ));
+        }
+    }
+    for jar in CURATOR_JARS.split(':') {
+        if !Path::new(jar).exists() {
+            return Err(format!(
+                "{jar} missing (apt-get install libcurator-recipes-java libslf4j-java)"
+            ));
+        }
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{class}-classes"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let source = format!("{}/{class}.java", env!("CARGO_MANIFEST_DIR"));
+    let compiled = Command::new("javac")
+        .args(["-cp", CURATOR_JARS, "-d"])
+        .arg(&dir)
+        .arg(source)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !compiled.success() {
+        return Err("javac failed".into());
+    }
+    Ok(format!("{}:{CURATOR_JARS}", dir.display()))
+}
+
 pub fn args() -> Args {
     let args: Vec<String> = std::env::args().collect();
     Args {
