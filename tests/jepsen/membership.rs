@@ -79,6 +79,10 @@ pub fn parse_calls(text: &str) -> Calls {
             _ => out.malformed += 1,
         }
     }
+    // Written by another thread, and stamped with when the client decided them: in time's
+    // order, not the file's.
+    out.sessions.sort_unstable();
+    out.lost.sort_unstable();
     out
 }
 

@@ -415,10 +415,17 @@ pub fn worker() -> ! {
 fn record_states(ctx: &Ctx) {
     let states = ctx.client.subscribe();
     let records = ctx.records.clone();
+    // The session the client had before the subscription (its `Connected` went out before
+    // anyone listened); a newer one's comes through the subscription.
+    if let Some(session) = ctx.client.session_id() {
+        records.line(format!("C {} Connected {}", mono(), session.0));
+    }
     // Not joined: it ends with the process.
     let _ = thread::Builder::new().name("states".into()).spawn(move || {
         while let Ok(e) = states.receiver().recv() {
-            records.line(format!("C {} {:?} {}", mono(), e.state, e.session_id.0));
+            // When the client decided it, on the records' clock.
+            let at = mono().saturating_sub(e.at.elapsed().as_nanos() as u64);
+            records.line(format!("C {at} {:?} {}", e.state, e.session_id.0));
         }
     });
 }
