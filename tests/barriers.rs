@@ -373,28 +373,59 @@ fn a_ready_node_left_by_an_earlier_round_lets_no_member_through_alone() {
     assert!(entering.join().unwrap(), "the whole party did not pass");
 }
 
-/// A node of this member's own session left under the barrier (a give-up whose delete was
-/// not answered, still with the client's janitor) is not counted as another member: with
-/// a party of two, the member does not pass alone beside its own leftover (the adversarial
-/// review's finding).
+/// Members that share one client (one session) are each counted: a party of two on one
+/// client passes (the second review's finding: the count left out every node of our session
+/// but our own).
 #[test]
-fn a_members_own_leftover_node_is_not_counted_as_another_member() {
-    let path = root("barrier-own-leftover");
-    let a = client();
-    let session = a.session_id().unwrap().0 as u64;
-    // Named as the barrier names a member of this session (UUID-shaped, the session first).
-    let leftover = format!(
-        "{path}/{:08x}-{:04x}-{:04x}-0000-0000000fffff",
-        session >> 32,
-        (session >> 16) & 0xffff,
-        session & 0xffff
-    );
-    a.ensure_path(&path).unwrap();
-    a.create(&leftover, &[], zk_recipes::CreateMode::Ephemeral)
-        .unwrap();
-    let barrier = DistributedDoubleBarrier::new(&a, &path, 2).unwrap();
-    assert!(
-        !barrier.enter(Duration::from_millis(300)).unwrap(),
-        "passed with its own leftover node counted as a second member"
+fn members_that_share_a_client_are_each_counted() {
+    let path = root("barrier-shared-client");
+    let c = client();
+    let entering: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, path) = (c.clone(), path.clone());
+            thread::spawn(move || {
+                let b = DistributedDoubleBarrier::new(&c, &path, 2).unwrap();
+                let entered = b.enter(SOON).unwrap();
+                // Kept until both have looked: dropping it takes its node away.
+                (entered, b)
+            })
+        })
+        .collect();
+    let passed: Vec<bool> = entering.into_iter().map(|t| t.join().unwrap().0).collect();
+    assert_eq!(passed, [true, true], "a party on one client did not pass");
+}
+
+/// A member that completes the party without renewing an old `ready` (a Curator member, which
+/// passes on any `ready`) still lets ours through: ours, finding an old `ready`, watch the
+/// members too, count again when one comes, and renew it (the second review's finding: they
+/// watched only `ready` and waited until their deadline).
+#[test]
+fn members_waiting_on_an_old_ready_count_again_when_a_member_comes() {
+    let path = root("barrier-old-ready-newcomer");
+    let (a, b, raw) = (client(), client(), client());
+    raw.ensure_path(&format!("{path}/{READY_NODE}")).unwrap();
+    let entering: Vec<_> = [a, b]
+        .into_iter()
+        .map(|c| {
+            let path = path.clone();
+            thread::spawn(move || {
+                let m = DistributedDoubleBarrier::new(&c, &path, 3).unwrap();
+                m.enter(SOON).unwrap()
+            })
+        })
+        .collect();
+    wait_for(SOON, || (members(&raw, &path).len() == 2).then_some(())).unwrap();
+    // As Curator's member enters: its node, then it passes on the `ready` it finds.
+    raw.create(
+        &format!("{path}/9b3c1f0e-5d2a-4c55-a0c2-8d0f6b1e2a33"),
+        &[],
+        zk_recipes::CreateMode::Ephemeral,
+    )
+    .unwrap();
+    let passed: Vec<bool> = entering.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        passed,
+        [true, true],
+        "ours waited out their deadline beside a whole party"
     );
 }

@@ -52,6 +52,9 @@ pub struct DistributedDoubleBarrier {
     member_qty: usize,
     /// Our member node: its path, the session it is made under, and whether it is known made.
     own: Mutex<Option<Member>>,
+    /// Names of member nodes this barrier gave up whose deletes may still be owed (the
+    /// client's janitor sends them when it can): not counted as members meanwhile.
+    given_up: Mutex<Vec<String>>,
 }
 
 /// A member's node.
@@ -101,6 +104,7 @@ impl DistributedDoubleBarrier {
             core: LockCore::new(client, path, LockOptions::new())?,
             member_qty,
             own: Mutex::new(None),
+            given_up: Mutex::new(Vec::new()),
         })
     }
 
@@ -167,8 +171,8 @@ impl DistributedDoubleBarrier {
     /// behind when no leaver's delete was answered (every member's session lost at once,
     /// say): it lets nobody through, and the member that completes the party renews it (a
     /// write at the version it read, so a late renewal cannot land on a newer one; the write
-    /// wakes the members watching it). Nodes of our own session but ours (a give-up whose
-    /// delete the janitor still owes) are not counted as members.
+    /// wakes the members watching it). Nodes this barrier gave up (whose deletes the janitor
+    /// may still owe) are not counted as members; other members on the same client are.
     fn enter_step(&self, watching: &mut Watching<'_>, deadline: Instant) -> Result<Step> {
         let client = self.core.client.with_deadline(deadline);
         let ready = match client.exists_watch(&self.ready, watching.tx()) {
@@ -185,15 +189,26 @@ impl DistributedDoubleBarrier {
         if ready.is_some_and(|stat| stat.mzxid > own.czxid) {
             return Ok(Step::Done(true));
         }
-        let own_name = paths::node_name(&own.path);
-        let members = match client.children(&self.core.path) {
-            Ok(names) => names
-                .iter()
-                .filter(|n| {
-                    *n != READY_NODE
-                        && (*n == own_name || ProtectedId::session_of_id(n) != Some(own.session))
-                })
-                .count(),
+        // Beside an old `ready`, the members are watched too: a member that completes the party
+        // without renewing it (a Curator member passes on any `ready`) must wake us to count.
+        let listed = if ready.is_some() {
+            let listed = client.children_watch(&self.core.path, watching.tx());
+            if listed.is_ok() {
+                watching.watching(&self.core.path);
+            }
+            listed
+        } else {
+            client.children(&self.core.path)
+        };
+        let members = match listed {
+            Ok(names) => {
+                let mut given_up = self.given_up.lock();
+                given_up.retain(|n| names.contains(n));
+                names
+                    .iter()
+                    .filter(|n| *n != READY_NODE && !given_up.contains(n))
+                    .count()
+            }
             Err(e) => return passable(e),
         };
         if members < self.member_qty {
@@ -358,6 +373,9 @@ impl DistributedDoubleBarrier {
     /// janitor.
     fn drop_own_node(&self, by: Instant) {
         if let Some(m) = self.own.lock().take() {
+            self.given_up
+                .lock()
+                .push(paths::node_name(&m.path).to_owned());
             self.core
                 .client
                 .with_deadline(by)

@@ -48,13 +48,8 @@ impl ProtectedId {
     }
 
     fn session_in(name: &str) -> Option<SessionId> {
-        ProtectedId::session_of_id(name.strip_prefix(PROTECTED_PREFIX)?)
-    }
-
-    /// The session in a bare id (a name that is the id itself, as a double barrier's member
-    /// nodes are).
-    pub fn session_of_id(id: &str) -> Option<SessionId> {
-        let hex: String = id.get(..18)?.chars().filter(|c| *c != '-').collect();
+        let rest = name.strip_prefix(PROTECTED_PREFIX)?;
+        let hex: String = rest.get(..18)?.chars().filter(|c| *c != '-').collect();
         u64::from_str_radix(hex.get(..16)?, 16)
             .ok()
             .map(|v| SessionId(v as i64))

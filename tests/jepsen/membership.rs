@@ -28,6 +28,8 @@ pub struct Call {
     pub leave: bool,
     pub start: u64,
     pub end: Option<(u64, bool)>,
+    /// For an enter that passed, the session its node was made on.
+    pub session: Option<i64>,
 }
 
 /// A double barrier member's records.
@@ -48,6 +50,8 @@ pub struct Calls {
 /// its newline left out).
 pub fn parse_calls(text: &str) -> Calls {
     let mut out = Calls::default();
+    // Ghosts not yet seen gone: (session, index into `ghosts`).
+    let mut open_ghosts: Vec<(&str, usize)> = Vec::new();
     let text = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
@@ -57,11 +61,17 @@ pub fn parse_calls(text: &str) -> Calls {
                 leave: f[0] == "L",
                 start: at,
                 end: None,
+                session: None,
             }),
-            (["R", _, outcome @ ("P" | "T" | "F")], Some(at)) => match out.calls.last_mut() {
-                Some(c) if c.end.is_none() => c.end = Some((at, *outcome == "P")),
-                _ => out.malformed += 1,
-            },
+            (["R", _, outcome @ ("P" | "T" | "F"), rest @ ..], Some(at)) if rest.len() <= 1 => {
+                match out.calls.last_mut() {
+                    Some(c) if c.end.is_none() => {
+                        c.end = Some((at, *outcome == "P"));
+                        c.session = rest.first().and_then(|s| s.parse().ok());
+                    }
+                    _ => out.malformed += 1,
+                }
+            }
             (["C", _, "Lost", session], Some(at)) => match session.parse() {
                 Ok(session) => out.lost.push((at, session)),
                 Err(_) => out.malformed += 1,
@@ -70,11 +80,20 @@ pub fn parse_calls(text: &str) -> Calls {
                 Ok(session) => out.sessions.push((at, session)),
                 Err(_) => out.malformed += 1,
             },
-            (["G0", _, _], Some(at)) => out.ghosts.push((at, u64::MAX)),
-            (["G1", _, _], Some(at)) => match out.ghosts.last_mut() {
-                Some(g) if g.1 == u64::MAX => g.1 = at,
-                _ => out.malformed += 1,
-            },
+            (["G0", _, session], Some(at)) => {
+                out.ghosts.push((at, u64::MAX));
+                open_ghosts.push((*session, out.ghosts.len() - 1));
+            }
+            // Losses are followed apart: their ends come in any order.
+            (["G1", _, session], Some(at)) => {
+                match open_ghosts.iter().position(|(s, _)| s == session) {
+                    Some(k) => {
+                        let (_, g) = open_ghosts.swap_remove(k);
+                        out.ghosts[g].1 = at;
+                    }
+                    None => out.malformed += 1,
+                }
+            }
             (["C", ..], Some(_)) => {}
             _ => out.malformed += 1,
         }
@@ -83,6 +102,7 @@ pub fn parse_calls(text: &str) -> Calls {
     // order, not the file's.
     out.sessions.sort_unstable();
     out.lost.sort_unstable();
+    out.ghosts.sort_unstable();
     out
 }
 
@@ -127,13 +147,24 @@ impl Calls {
     /// True if the session this member had when its last enter before `p` passed was said
     /// lost by `UNWRITTEN` after `p`: its node may have gone with it before `p`.
     fn lost_inside(&self, p: u64) -> bool {
-        let Some(entered) = self.calls.iter().rev().find_map(|c| match c.end {
-            Some((at, true)) if !c.leave && at <= p => Some(at),
-            _ => None,
-        }) else {
+        let Some(entered) = self
+            .calls
+            .iter()
+            .rev()
+            .find(|c| !c.leave && matches!(c.end, Some((at, true)) if at <= p))
+        else {
             return false;
         };
-        let Some(&(_, session)) = self.sessions.iter().rev().find(|(at, _)| *at <= entered) else {
+        // The session the pass named; else the one the client had then.
+        let session = entered.session.or_else(|| {
+            let at = entered.end.map_or(0, |(at, _)| at);
+            self.sessions
+                .iter()
+                .rev()
+                .find(|(began, _)| *began <= at)
+                .map(|&(_, s)| s)
+        });
+        let Some(session) = session else {
             return false;
         };
         let by = p.saturating_add(crate::UNWRITTEN.as_nanos() as u64);
@@ -407,6 +438,18 @@ pub fn self_test() {
     let b = calls("E 10\nR 20 P\nL 30\nR 35 P\n");
     check_barrier_all(&[(1, b), (2, c)], &mut v);
     assert!(v.is_empty(), "a member out with its session: {v:?}");
+    // Two losses followed apart end in either order.
+    let g = calls("G0 1 7\nG0 2 8\nG1 3 7\nG1 4 8\n");
+    assert_eq!((g.malformed, g.ghosts.clone()), (0, vec![(1, 3), (2, 4)]));
+    // The session a pass names counts, with no `Connected` written (a first session).
+    let c = calls("E 10\nR 20 P 6\nC 25 Lost 6\n");
+    let mut v = Vec::new();
+    let b = calls("E 10\nR 20 P\nL 30\nR 35 P\n");
+    check_barrier_all(&[(1, b), (2, c)], &mut v);
+    assert!(
+        v.is_empty(),
+        "a member that lost the session it entered on: {v:?}"
+    );
     // Another session's loss, or one said long after, excuses nothing (the review's case:
     // inside all through, a loss much later).
     let late = crate::UNWRITTEN.as_nanos() as u64 + 100;

@@ -441,7 +441,7 @@ fn double_barrier(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
     record_states(ctx);
     let barrier =
         DistributedDoubleBarrier::new(&ctx.client, path, WORKERS_PER_RECIPE).expect("recipe");
-    let made = ghosts(ctx);
+    ghosts(ctx, path);
     let outcome = |r: &zk_recipes::Result<bool>| match r {
         Ok(true) => 'P',
         Ok(false) => 'T',
@@ -453,14 +453,14 @@ fn double_barrier(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
         let patience = Duration::from_millis(rng.u64(5000..15000));
         ctx.records.line(format!("E {}", mono()));
         let entered = barrier.enter(patience);
+        // A pass names the session its node was made on (the one whose loss takes it).
+        let made_on = barrier
+            .node_path()
+            .and_then(|node| session_of_member(&node))
+            .map_or(String::new(), |s| format!(" {s}"));
         ctx.records
-            .line(format!("R {} {}", mono(), outcome(&entered)));
+            .line(format!("R {} {}{made_on}", mono(), outcome(&entered)));
         if matches!(entered, Ok(true)) {
-            if let Some(node) = barrier.node_path() {
-                if let Some(session) = session_of_member(&node) {
-                    made.lock().push((session, node));
-                }
-            }
             // The phase's work inside the barrier (a stand-in for a real job's), not a
             // synchronisation.
             thread::sleep(Duration::from_millis(rng.u64(0..300)));
@@ -476,49 +476,48 @@ fn double_barrier(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
 
 /// A member's nodes that may outlive their session as its client sees it. A client calls a
 /// session lost when no server took it back within its timeout; the servers may keep it
-/// longer (a new leader gives every session a fresh timeout), and its node with it, which the
-/// others count. On each `Lost`, for the nodes made on that session (`made`, pushed by the
-/// member as `(session, path)`): `G0 <when> <session>` at once, then, once a look through the
-/// client finds none of them left (a watch on each waits for its deletion),
+/// longer (a new leader gives every session a fresh timeout), and the member's nodes of it
+/// with it, which the others count. On each `Lost`: `G0 <when> <session>` (when the client
+/// decided it), then, once a listing of the barrier (`path`) through the client shows no
+/// member node named for that session (a watch on each waits for its deletion),
 /// `G1 <when> <session>`. The checker counts the member in between.
-fn ghosts(ctx: &Ctx) -> Arc<Mutex<Vec<(i64, String)>>> {
-    let made: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
+fn ghosts(ctx: &Ctx, path: &str) {
     let states = ctx.client.subscribe();
-    let (records, client, nodes) = (ctx.records.clone(), ctx.client.clone(), made.clone());
+    let (records, client, path) = (ctx.records.clone(), ctx.client.clone(), path.to_owned());
     // Not joined: it ends with the process.
     let _ = thread::Builder::new().name("ghosts".into()).spawn(move || {
         while let Ok(e) = states.receiver().recv() {
             if e.state != zk_recipes::ConnectionState::Lost {
                 continue;
             }
-            // When the client decided it, on the records' clock.
             let at = mono().saturating_sub(e.at.elapsed().as_nanos() as u64);
             let lost = e.session_id.0;
-            let paths: Vec<String> = {
-                let mut nodes = nodes.lock();
-                let paths = nodes
-                    .iter()
-                    .filter(|(s, _)| *s == lost)
-                    .map(|(_, p)| p.clone())
-                    .collect();
-                nodes.retain(|(s, _)| *s != lost);
-                paths
-            };
-            if paths.is_empty() {
-                continue;
-            }
             records.line(format!("G0 {at} {lost}"));
             // Each loss watched apart: a second loss meanwhile is written down at once.
-            let (records, client) = (records.clone(), client.clone());
+            let (records, client, path) = (records.clone(), client.clone(), path.clone());
             let _ = thread::Builder::new().name("ghost".into()).spawn(move || {
-                for node in paths {
-                    gone(&client, &node, lost);
+                loop {
+                    let listed = client.with_timeout(Duration::from_secs(1)).children(&path);
+                    let Ok(names) = listed else {
+                        // The client without a session yet: it looks again shortly.
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    let left: Vec<String> = names
+                        .into_iter()
+                        .filter(|n| session_of_member(n) == Some(lost))
+                        .collect();
+                    if left.is_empty() {
+                        break;
+                    }
+                    for name in left {
+                        gone(&client, &format!("{path}/{name}"), lost);
+                    }
                 }
                 records.line(format!("G1 {} {lost}", mono()));
             });
         }
     });
-    made
 }
 
 /// Returns once `node` is gone or no longer `session`'s (a deletion waited for on a watch,
@@ -539,7 +538,8 @@ fn gone(client: &Client, node: &str, session: i64) {
     }
 }
 
-/// The session a double barrier's member node was made on: its name's first 16 hex digits.
+/// The session a double barrier's member node (a name or a path) was made on: its name's
+/// first 16 hex digits.
 fn session_of_member(node: &str) -> Option<i64> {
     let name = node.rsplit('/').next()?;
     let hex: String = name.get(..18)?.chars().filter(|c| *c != '-').collect();
