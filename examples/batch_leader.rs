@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use zk_recipes::leader::LeaderSelector;
 use zk_recipes::Client;
-use zk_recipes_examples::{spawn_worker, Args};
+use zk_recipes_examples::{spawn_workers, Args};
 
 const PATH: &str = "/batch/nightly-job";
 
@@ -112,17 +112,8 @@ fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> An
     let file = std::env::temp_dir().join(format!("batch-leader-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
-    let mut workers = Vec::new();
-    for i in 0..count {
-        let extra = [OsStr::new("--file"), file.as_os_str()];
-        workers.push(spawn_worker(
-            &format!("worker-{i}"),
-            connect,
-            &extra,
-            (session, tick),
-            &tx,
-        )?);
-    }
+    let extra = [OsStr::new("--file"), file.as_os_str()];
+    let mut workers = spawn_workers(count, connect, &extra, (session, tick), &tx)?;
     println!("{count} workers contend on {PATH} (session {session:?})");
     let started = Instant::now();
     let next_leader = |rx: &mpsc::Receiver<(String, Instant)>| -> AnyResult<(String, Instant)> {

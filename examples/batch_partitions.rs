@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use zk_recipes::partition::Partitioner;
 use zk_recipes::Client;
-use zk_recipes_examples::{spawn_worker, Args};
+use zk_recipes_examples::{spawn_workers, Args};
 
 const PATH: &str = "/batch/ingest";
 const PARTITIONS: usize = 64;
@@ -143,17 +143,8 @@ fn cluster(connect: &str, count: usize, session: Duration, tick: Duration) -> An
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
-    let mut workers = Vec::new();
-    for i in 0..count {
-        let extra = [OsStr::new("--dir"), dir.as_os_str()];
-        workers.push(spawn_worker(
-            &format!("worker-{i}"),
-            connect,
-            &extra,
-            (session, tick),
-            &tx,
-        )?);
-    }
+    let extra = [OsStr::new("--dir"), dir.as_os_str()];
+    let mut workers = spawn_workers(count, connect, &extra, (session, tick), &tx)?;
     println!("{count} workers share {PARTITIONS} partitions at {PATH} (session {session:?})");
     let started = Instant::now();
     // Until every partition has been worked on by the worker that owns it now, and again

@@ -99,6 +99,19 @@ pub struct WorkerProcess {
     pub stdin: Option<ChildStdin>,
 }
 
+/// Starts `count` workers (`worker-0`, `worker-1`, ...) with [`spawn_worker`].
+pub fn spawn_workers(
+    count: usize,
+    connect: &str,
+    extra: &[&OsStr],
+    timing: (Duration, Duration),
+    lines: &Sender<(String, Instant)>,
+) -> std::io::Result<Vec<WorkerProcess>> {
+    (0..count)
+        .map(|i| spawn_worker(&format!("worker-{i}"), connect, extra, timing, lines))
+        .collect()
+}
+
 /// Starts this program again as worker `id` (`--worker --id ID --connect CONNECT
 /// --session-ms --tick-ms`, then `extra`); every line it prints goes to `lines` with when it
 /// came.

@@ -499,8 +499,8 @@ fn ghosts(ctx: &Ctx, path: &str) {
                 loop {
                     let listed = client.with_timeout(Duration::from_secs(1)).children(&path);
                     let Ok(names) = listed else {
-                        // The client without a session yet: it looks again shortly.
-                        thread::sleep(Duration::from_millis(50));
+                        // The client without a session yet: it looks again once it has one.
+                        let _ = client.wait_connected(Duration::from_secs(1));
                         continue;
                     };
                     let left: Vec<String> = names
@@ -531,8 +531,10 @@ fn gone(client: &Client, node: &str, session: i64) {
                 let _ = rx.recv_timeout(Duration::from_secs(1));
             }
             Ok(_) => return,
-            // The client without a session yet: its look again shortly.
-            Err(_) => thread::sleep(Duration::from_millis(50)),
+            // The client without a session yet: it looks again once it has one.
+            Err(_) => {
+                let _ = client.wait_connected(Duration::from_secs(1));
+            }
         }
         let _ = client.remove_watch(node, &tx);
     }
