@@ -185,6 +185,15 @@ pub enum Error {
     IllegalState(String),
     /// The server sent an answer this client cannot read.
     Protocol(String),
+    /// A node's data is not in the format the recipe reads and writes there (a count shorter
+    /// than its 4 bytes, a long shorter than its 8): someone else wrote it. Nothing was
+    /// written.
+    Malformed {
+        /// The node.
+        path: String,
+        /// What was expected and found.
+        what: String,
+    },
     /// A thread holding the read lock asked for the write lock of the same read/write lock. It
     /// would wait for its own read lock for ever, so it is refused at once; nothing was created.
     LockUpgrade {
@@ -291,6 +300,10 @@ impl fmt::Display for Error {
             Error::Tls(why) => write!(f, "TLS: {why}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
+            Error::Malformed { path, what } => write!(
+                f,
+                "the data at {path} is not what this recipe keeps there: {what}"
+            ),
             Error::LockUpgrade { path } => write!(
                 f,
                 "this thread holds the read lock of {path} and cannot take its write lock (it \

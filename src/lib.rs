@@ -30,6 +30,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod acl;
+pub mod atomic;
 pub mod barriers;
 pub mod client;
 pub mod connect_string;
@@ -41,6 +42,7 @@ pub mod partition;
 pub mod paths;
 pub mod retry;
 mod session_id;
+pub mod shared;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod trace;

@@ -219,9 +219,8 @@ fn a_member_whose_session_is_lost_while_it_enters_enters_on_its_next_session() {
         let a = a.clone();
         thread::spawn(move || a.enter(SOON))
     };
-    wait_for(SOON, || (members(&second, path).len() == 1).then_some(()))
-        .expect("the first member never entered");
-    let before = a.node_path().unwrap();
+    // Its node is made once the member has the create's answer (the server may list it sooner).
+    let before = wait_for(SOON, || a.node_path()).expect("the first member never entered");
     expire_and_renew(&f, &first);
     let b = DistributedDoubleBarrier::new(&second, path, 2).unwrap();
     assert!(b.enter(SOON).unwrap());

@@ -91,8 +91,13 @@ fn idle_library_threads_do_not_wake_up() {
     let mut busy = Vec::new();
     for (tid, (name, n)) in &after {
         if let Some((_, m)) = before.get(tid) {
-            // A ping costs the I/O thread a wake-up or two; nothing else should wake.
-            if n - m > 3 {
+            // A ping costs the I/O thread a wake-up or two. Another thread may wake once
+            // as the window opens (parking after it said it had settled, it may meet a lock
+            // the test holds); a look or a pass more (an event and at least one reply) is
+            // work the thread did not need: a recipe that settled on an event its own work
+            // was still to cause.
+            let allowed = if name == "zk-io" { 3 } else { 1 };
+            if n - m > allowed {
                 busy.push(format!("{name} ({tid}): {} wake-ups", n - m));
             }
         }

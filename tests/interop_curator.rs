@@ -47,6 +47,7 @@ fn driver() -> Option<&'static PathBuf> {
             "CuratorLockDriver.java",
             "CuratorBarrierDriver.java",
             "CuratorGroupDriver.java",
+            "CuratorCounterDriver.java",
         ]
         .map(|f| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/").to_string() + f);
         let status = Command::new("javac")
@@ -644,4 +645,93 @@ fn curator_and_rust_multi_locks_over_the_same_paths_never_overlap() {
     assert_eq!(java.intervals().len(), 4);
     intervals.extend(java.intervals());
     assert_no_overlap(intervals);
+}
+
+/// The values a driver's line lists after `word`.
+fn listed(line: &str, word: &str) -> Vec<i64> {
+    line.trim_start_matches(word)
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect()
+}
+
+/// A Curator `DistributedAtomicLong` and ours increment one counter at once (8 bytes,
+/// big-endian, on both sides), both falling back on the same promoted lock: no value is
+/// returned twice, across the two, and the counter ends at the number made.
+#[test]
+fn curator_and_rust_increment_one_counter_without_a_value_twice() {
+    use zk_recipes::atomic::{DistributedAtomicLong, PromotedToLock};
+    let Some(dir) = driver() else { return };
+    let path = root("interop-long");
+    let connect = server().connect_string();
+    let mut java = Java::run(
+        dir,
+        "CuratorCounterDriver",
+        &[&connect, &path, &format!("{path}-count")],
+    );
+    java.wait("READY");
+    const EACH: usize = 150;
+    java.say(&format!("inc {EACH}"));
+    let ours = client();
+    let retry =
+        zk_recipes::RetryPolicy::exponential(Duration::from_millis(1), Duration::from_millis(5))
+            .max_retries(3);
+    let counter = DistributedAtomicLong::new(&ours, &path, retry.clone())
+        .unwrap()
+        .with_promotion(PromotedToLock::new(&format!("{path}-lock")).retry(retry.max_retries(50)))
+        .unwrap();
+    let mut made: Vec<i64> = (0..EACH)
+        .filter_map(|_| {
+            let v = counter.increment().unwrap();
+            v.succeeded.then_some(v.post_value)
+        })
+        .collect();
+    made.extend(listed(&java.wait("MADE"), "MADE "));
+    let distinct: std::collections::BTreeSet<i64> = made.iter().copied().collect();
+    assert_eq!(distinct.len(), made.len(), "a value was returned twice");
+    assert_eq!(counter.get().unwrap().pre_value, made.len() as i64);
+    assert!(
+        made.len() > EACH,
+        "too few increments were made: {}",
+        made.len()
+    );
+}
+
+/// A Curator `SharedCount` and ours raise one count by compare-and-set at once (4 bytes,
+/// big-endian, on both sides): every raise is counted once.
+#[test]
+fn curator_and_rust_raise_one_shared_count_by_compare_and_set() {
+    use zk_recipes::shared::SharedCount;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-count");
+    let connect = server().connect_string();
+    let mut java = Java::run(
+        dir,
+        "CuratorCounterDriver",
+        &[&connect, &format!("{path}-long"), &path],
+    );
+    java.wait("READY");
+    const EACH: usize = 100;
+    java.say(&format!("count {EACH}"));
+    let count = SharedCount::new(&client(), &path, 0).unwrap();
+    count.start().unwrap();
+    let mut made = Vec::new();
+    for _ in 0..EACH {
+        loop {
+            let seen = count.versioned_count().unwrap();
+            if count.try_set_count(&seen, seen.value + 1).unwrap() {
+                made.push(i64::from(seen.value) + 1);
+                break;
+            }
+        }
+    }
+    made.extend(listed(&java.wait("COUNTED"), "COUNTED "));
+    let distinct: std::collections::BTreeSet<i64> = made.iter().copied().collect();
+    assert_eq!(distinct.len(), 2 * EACH, "a raise was counted twice");
+    assert_eq!(distinct.last().copied(), Some(2 * EACH as i64));
+    let last = wait_for(SOON, || {
+        let n = count.count().ok()?;
+        (n == 2 * EACH as i32).then_some(n)
+    });
+    assert!(last.is_some(), "ours never showed the final count");
 }

@@ -151,11 +151,19 @@ impl<'a> WatchGuard<'a> {
     }
 }
 
+impl WatchGuard<'_> {
+    /// Takes back every watch set through this guard so far (a look that sets again what it
+    /// needs).
+    pub fn forget_all(&mut self) {
+        for p in self.paths.drain(..) {
+            self.client.forget_watch(&p, &self.tx);
+        }
+    }
+}
+
 impl Drop for WatchGuard<'_> {
     fn drop(&mut self) {
-        for p in &self.paths {
-            self.client.forget_watch(p, &self.tx);
-        }
+        self.forget_all();
     }
 }
 

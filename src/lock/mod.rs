@@ -18,6 +18,7 @@
 
 pub(crate) mod core;
 mod fencing;
+pub(crate) mod follow;
 #[cfg(feature = "testing")]
 mod herd;
 mod inspect;

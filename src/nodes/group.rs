@@ -92,29 +92,31 @@ impl GroupMember {
     /// The group's members and their payloads, as the server has them now. This member is
     /// always among them, with its own payload (also before it joined, as in Curator).
     pub fn current_members(&self) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.read_members(&self.client, None)
+        Ok(self.read_members(&self.client, None)?.0)
     }
 
     /// [`current_members`](Self::current_members), leaving a watch on the group that reports
     /// into `tx` the next time a member joins or leaves (once; call again to hear the next).
     pub fn watch_members(&self, tx: &Sender<WatchEvent>) -> Result<BTreeMap<String, Vec<u8>>> {
-        self.read_members(&self.client, Some(tx))
+        Ok(self.read_members(&self.client, Some(tx))?.0)
     }
 
-    /// [`watch_members`](Self::watch_members), its calls bounded by `deadline`.
+    /// [`watch_members`](Self::watch_members), its calls bounded by `deadline`; also says
+    /// whether this member's own node was in the server's listing (not only added to it).
     pub(crate) fn watch_members_by(
         &self,
         deadline: std::time::Instant,
         tx: &Sender<WatchEvent>,
-    ) -> Result<BTreeMap<String, Vec<u8>>> {
+    ) -> Result<(BTreeMap<String, Vec<u8>>, bool)> {
         self.read_members(&self.client.with_deadline(deadline), Some(tx))
     }
 
+    /// The members, and whether this member's node was among those listed.
     fn read_members(
         &self,
         client: &Client,
         tx: Option<&Sender<WatchEvent>>,
-    ) -> Result<BTreeMap<String, Vec<u8>>> {
+    ) -> Result<(BTreeMap<String, Vec<u8>>, bool)> {
         let listed = match tx {
             Some(tx) => client.children_watch(&self.membership, tx),
             None => client.children(&self.membership),
@@ -154,10 +156,11 @@ impl GroupMember {
                 }
             }
         }
+        let listed = members.contains_key(&self.id);
         members
             .entry(self.id.clone())
             .or_insert_with(|| self.node.data());
-        Ok(members)
+        Ok((members, listed))
     }
 
     /// Leaves the group: the node goes (see [`PersistentNode::close`]). Also done on drop.

@@ -9,7 +9,8 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use crate::lock::core::{pause, LockCore, WatchGuard, Woke};
+use crate::lock::core::LockCore;
+use crate::lock::follow::{follow, AfterError, Looking, Rules};
 use crate::lock::names::{ProtectedId, PROTECTED_PREFIX};
 use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId, WatchEvent};
 
@@ -325,68 +326,30 @@ fn retried_later(e: &Error) -> bool {
 impl Inner {
     /// The node's thread: look, make or mend, wait; until stopped. Then the node goes.
     fn run(&self, stop: &Receiver<()>, nudged: &Receiver<WatchEvent>) {
-        let client = &self.core.client;
-        // Subscribed, and the channel made, before the first look: nothing slips past.
-        let states = client.subscribe();
-        let wake_tx = self.nudge.clone();
-        let mut watches = WatchGuard::new(client, &wake_tx);
-        let mut failures = 0;
-        'looks: loop {
-            let next_touch = match self.look(&wake_tx, &mut watches) {
-                Ok(touch) => {
-                    failures = 0;
-                    touch
-                }
-                Err(Error::Closed) => break,
-                Err(e) if retried_later(&e) => {
-                    debug!("{}: {e}", self.core.path);
-                    if pause(stop, &states, &mut failures, None) {
-                        break;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    warn!("{} cannot be made: {e}", self.core.path);
-                    self.tell(&NodeEvent::Failed(e));
-                    // Permanent for this connection: look again on the next state change.
-                    if pause(stop, &states, &mut 8, None) {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            loop {
-                let Some(token) = client
-                    .session_id()
-                    .and_then(|s| client.session_token(s, false))
-                else {
-                    if pause(stop, &states, &mut failures, None) {
-                        break 'looks;
-                    }
-                    continue 'looks;
-                };
-                match self
-                    .core
-                    .wait(nudged, &states, &token, next_touch, Some(stop), None)
-                {
-                    Ok(Woke::Cancelled) | Err(Error::Closed) => break 'looks,
-                    // Nothing to do until the verdict.
-                    Ok(Woke::Suspended) => continue,
-                    _ => continue 'looks,
-                }
+        let after_error = |e: &Error| {
+            if retried_later(e) {
+                debug!("{}: {e}", self.core.path);
+                return AfterError::Backoff;
             }
-        }
-        drop(watches);
+            warn!("{} cannot be made: {e}", self.core.path);
+            self.tell(&NodeEvent::Failed(e.clone()));
+            // Permanent for this connection: looked at again on the next state change.
+            AfterError::Later
+        };
+        let rules = Rules {
+            // Nothing to do until the verdict.
+            look_when_suspended: false,
+            after_error: &after_error,
+        };
+        follow(&self.core, stop, (&self.nudge, nudged), &rules, |looking| {
+            self.look(looking)
+        });
         self.remove();
     }
 
     /// One look at the node: made if missing, its data put back if it changed; for a TTL
     /// node, its touch child touched. Returns when the next touch is due.
-    fn look(
-        &self,
-        wake_tx: &Sender<WatchEvent>,
-        watches: &mut WatchGuard<'_>,
-    ) -> Result<Option<Instant>> {
+    fn look(&self, looking: &mut Looking<'_, '_>) -> Result<Option<Instant>> {
         // A look is short, so that a close is never held up by one for long: what it cannot
         // do by then it does at the next (after a state change or a backoff).
         let mut until = Instant::now() + LOOK_WAIT;
@@ -398,33 +361,43 @@ impl Inner {
             return Err(Error::ConnectionLoss);
         };
         let target = self.target(session);
-        let looked = client.exists_watch(&target, wake_tx)?;
-        watches.watching(&target);
-        match looked {
-            Some(stat) if self.mode.is_ephemeral() && stat.ephemeral_owner != session.0 => {
-                // Another session's node at our path: it goes with that session (its
-                // deletion wakes us), and ours is made then.
-                debug!("{target} is held by session {:#x}", stat.ephemeral_owner);
-                self.state.lock().made = None;
-                return Ok(None);
+        let mut made_now = false;
+        let stat = loop {
+            // What woke us so far is answered by the read below. Our own create fires the
+            // watch set before it; its event is dropped here, and the node is looked at
+            // again, so that it is watched once made.
+            looking.answered();
+            let looked = client.exists_watch(&target, looking.tx)?;
+            looking.watches.watching(&target);
+            if let Some(stat) = looked {
+                break stat;
             }
-            Some(_) => {
-                let (dirty, data) = {
-                    let mut state = self.state.lock();
-                    state.made = Some((target.clone(), session));
-                    (state.dirty || !state.created_once, state.data.clone())
-                };
-                if dirty {
-                    client.set_data(&target, &data, None)?;
-                    let mut state = self.state.lock();
-                    if state.data == data {
-                        state.dirty = false;
-                    }
-                }
-                self.mark_created();
-            }
-            None => self.create(&client, &target)?,
+            // Missing: made, then looked at again (a node deleted again at once is made
+            // again; every call is bounded by the look's deadline).
+            made_now |= self.create(&client, &target)?;
+        };
+        if self.mode.is_ephemeral() && stat.ephemeral_owner != session.0 {
+            // Another session's node at our path: it goes with that session (its deletion
+            // wakes us), and ours is made then.
+            debug!("{target} is held by session {:#x}", stat.ephemeral_owner);
+            self.state.lock().made = None;
+            return Ok(None);
         }
+        let (dirty, data) = {
+            let mut state = self.state.lock();
+            state.made = Some((target.clone(), session));
+            // A node found at the first look may hold older data: ours is put.
+            let first = !state.created_once && !made_now;
+            (state.dirty || first, state.data.clone())
+        };
+        if dirty {
+            client.set_data(&target, &data, None)?;
+            let mut state = self.state.lock();
+            if state.data == data {
+                state.dirty = false;
+            }
+        }
+        self.mark_created();
         self.touch(&client, &target)
     }
 
@@ -447,8 +420,9 @@ impl Inner {
         path
     }
 
-    /// Makes the node at `target` with the current data (missing parents as containers).
-    fn create(&self, client: &Client, target: &str) -> Result<()> {
+    /// Makes the node at `target` with the current data (missing parents as containers):
+    /// true if this call made it, false if it was there already.
+    fn create(&self, client: &Client, target: &str) -> Result<bool> {
         let data = {
             let mut state = self.state.lock();
             state.tried = true;
@@ -473,14 +447,14 @@ impl Inner {
                         state.dirty = false;
                     }
                 }
-                // Listeners hear of it before a waiter for the first creation wakes.
+                // Listeners hear of it before a waiter for the first creation wakes (once
+                // the look has set its watch on it).
                 self.tell(&NodeEvent::Created(path));
-                self.mark_created();
-                Ok(())
+                Ok(true)
             }
             // Made by someone else meanwhile (or by our own create whose answer was lost):
-            // the watch set on the missing node fires, and the next look decides.
-            Err(e) if e.is_node_exists() => Ok(()),
+            // the look that follows decides.
+            Err(e) if e.is_node_exists() => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -11,7 +11,8 @@ use log::debug;
 use parking_lot::{Condvar, Mutex};
 
 use super::assign::owner_of;
-use crate::lock::core::{pause, LockCore, MaxLeases, WatchGuard, Woke};
+use crate::lock::core::{LockCore, MaxLeases, WatchGuard};
+use crate::lock::follow::{follow, AfterError, Rules};
 use crate::lock::{Lease, LockOptions};
 use crate::nodes::GroupMember;
 use crate::{paths, Client, Error, Result, WatchEvent};
@@ -105,7 +106,6 @@ pub struct Partitioner {
 }
 
 struct Inner {
-    client: Client,
     id: String,
     member: GroupMember,
     /// The group's path, watched for joins and leaves.
@@ -120,6 +120,8 @@ struct Inner {
 #[derive(Default)]
 struct State {
     members: Vec<String>,
+    /// The last listing of the group had this worker's own node in it.
+    listed: bool,
     assigned: BTreeSet<String>,
     owned: BTreeMap<String, Arc<Lease>>,
     generation: u64,
@@ -165,7 +167,6 @@ impl Partitioner {
         }
         Ok(Partitioner {
             inner: Arc::new(Inner {
-                client: client.clone(),
                 id: id.to_owned(),
                 member: GroupMember::new(client, &members, id, &[])?,
                 waits: LockCore::new(client, path, LockOptions::new())?,
@@ -230,11 +231,13 @@ impl Partitioner {
         self.inner.state.lock().members.clone()
     }
 
-    /// True when this worker owns exactly what is assigned to it, every lease valid.
+    /// True when this worker owns exactly what is assigned to it, every lease valid, and the
+    /// group as last listed by the server had this worker in it (so the worker's own join is
+    /// behind it, not still to come as a change).
     pub fn is_settled(&self) -> bool {
         let state = self.inner.state.lock();
         state.started
-            && !state.members.is_empty()
+            && state.listed
             && state.owned.len() == state.assigned.len()
             && state
                 .owned
@@ -301,43 +304,22 @@ impl Inner {
     /// The partitioner's thread: read the members, let go of what is not ours, take what is,
     /// wait for a change; until stopped. Then every item is released.
     fn run(&self, stop: &Receiver<()>) {
-        let states = self.client.subscribe();
         let (wake_tx, wake_rx) = unbounded();
-        let mut failures = 0;
-        loop {
-            let mut watches = WatchGuard::new(&self.client, &wake_tx);
-            let next = match self.pass(stop, &wake_tx, &mut watches) {
-                Ok(next) => {
-                    failures = 0;
-                    next
-                }
-                Err(Error::Closed) => break,
-                Err(e) => {
-                    debug!("{}: {e}", self.id);
-                    if pause(stop, &states, &mut failures, None) {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            let Some(token) = self
-                .client
-                .session_id()
-                .and_then(|s| self.client.session_token(s, false))
-            else {
-                if pause(stop, &states, &mut failures, None) {
-                    break;
-                }
-                continue;
-            };
-            match self
-                .waits
-                .wait(&wake_rx, &states, &token, next, Some(stop), None)
-            {
-                Ok(Woke::Cancelled) | Err(Error::Closed) => break,
-                _ => {}
-            }
-        }
+        let after_error = |e: &Error| {
+            debug!("{}: {e}", self.id);
+            AfterError::Backoff
+        };
+        let rules = Rules {
+            // A suspension may end a lease's bound: the pass lets go of what it no longer
+            // certainly holds.
+            look_when_suspended: true,
+            after_error: &after_error,
+        };
+        follow(&self.waits, stop, (&wake_tx, &wake_rx), &rules, |looking| {
+            // Each pass sets again the watches it needs.
+            looking.watches.forget_all();
+            self.pass(stop, looking.tx, looking.watches)
+        });
         self.release_all(Instant::now() + RELEASE_WAIT);
     }
 
@@ -353,11 +335,8 @@ impl Inner {
         watches: &mut WatchGuard<'_>,
     ) -> Result<Option<Instant>> {
         let until = Instant::now() + PASS_WAIT;
-        let members: Vec<String> = self
-            .member
-            .watch_members_by(until, wake_tx)?
-            .into_keys()
-            .collect();
+        let (members, listed) = self.member.watch_members_by(until, wake_tx)?;
+        let members: Vec<String> = members.into_keys().collect();
         watches.watching(&self.members_path);
         let assigned: BTreeSet<String> = self
             .items
@@ -414,8 +393,9 @@ impl Inner {
             }
         }
         let mut state = self.state.lock();
-        changed |= state.members != members || state.assigned != assigned;
+        changed |= state.members != members || state.listed != listed || state.assigned != assigned;
         state.members = members;
+        state.listed = listed;
         state.assigned = assigned;
         if changed {
             state.generation += 1;

@@ -208,7 +208,7 @@ impl TestingCluster {
         // Hold every listener until all ports are chosen, so no two members get the same one.
         let mut held = Vec::new();
         for _ in 0..total * 3 {
-            let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+            let l = jvm::reserve_port()?;
             ports.push(l.local_addr()?.port());
             held.push(l);
         }

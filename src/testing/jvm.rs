@@ -335,11 +335,40 @@ pub(crate) fn four_letter_over(
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
-/// A free loopback port (bound and released; the usual small race is acceptable in tests).
+/// A free loopback port for a server to bind (see [`reserve_port`]).
 pub(crate) fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
-        .local_addr()?
-        .port())
+    Ok(reserve_port()?.local_addr()?.port())
+}
+
+/// A listener on a free loopback port below the kernel's ephemeral range, to be dropped just
+/// before a server binds the port. A port the kernel hands out for `bind(0)` is in that
+/// range, and so is the local port of every outgoing connection: between our release and the
+/// server's bind, a client connecting elsewhere could take it (seen in CI as a member that
+/// exited on "Address already in use"). Below the range only an explicit bind can, and the
+/// start is random so that tests choosing at once rarely try the same port.
+pub(crate) fn reserve_port() -> std::io::Result<std::net::TcpListener> {
+    use std::hash::{BuildHasher, Hasher};
+    const FIRST: u32 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > FIRST + 1_000 {
+        let span = ephemeral_low - FIRST;
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let start = (h.finish() % u64::from(span)) as u32;
+        for i in 0..span.min(2_000) {
+            let port = FIRST + (start + i * 7) % span;
+            let Ok(port) = u16::try_from(port) else {
+                continue;
+            };
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                return Ok(l);
+            }
+        }
+    }
+    std::net::TcpListener::bind(("127.0.0.1", 0))
 }
 
 /// A fresh directory under the system temp dir (`zk-recipes-<tag>-…`), removed on drop

@@ -135,6 +135,23 @@ impl Client {
         }
     }
 
+    /// Creates a persistent node, its missing parents as containers, sending the create only
+    /// once: a lost answer is `ConnectionLoss` (a retry could meet the node the first attempt
+    /// made and report `NodeExists`, hiding that the node is ours). For a create that must not
+    /// be taken for someone else's.
+    pub(crate) fn create_once_under_containers(&self, path: &str, data: &[u8]) -> Result<()> {
+        let acl = self.core.config.acl.clone();
+        if let Some(parent) = paths::parent(path).filter(|p| *p != "/") {
+            self.ensure_lock_path(parent, &acl)?;
+        }
+        let op = Op::Create {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            mode: CreateMode::Persistent,
+        };
+        self.multi(std::slice::from_ref(&op)).map(|_| ())
+    }
+
     /// Creates every missing node of `full` (a server path): persistent up to byte
     /// `containers_from`, containers below it. Only below the deepest node that exists: the
     /// server checks CREATE on the parent before it says a node exists, so writing what

@@ -1,0 +1,105 @@
+//! The loop of a recipe that keeps something current on a thread of its own (a kept node, a
+//! worker's share, a shared value): look, wait for what could change the answer, look again,
+//! until stopped. The recipe supplies the look; the waiting is the lock core's one wait.
+
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::core::{pause, LockCore, WatchGuard, Woke};
+use crate::{Error, Result, WatchEvent};
+
+/// What the loop does with a look's error (other than `Closed`, which ends it).
+pub(crate) enum AfterError {
+    /// Look again after the next state change or a backoff that grows with each failure.
+    Backoff,
+    /// Look again after the next state change, or after the longest backoff: an error that
+    /// a retry soon would only meet again (`NoAuth`, an invalid ACL).
+    Later,
+}
+
+/// The rules a follower's loop runs by.
+pub(crate) struct Rules<'a> {
+    /// A suspension wakes a look (as a loss and a reconnection do), rather than waiting for
+    /// the verdict.
+    pub look_when_suspended: bool,
+    /// What to do after a look failed with this error.
+    pub after_error: &'a dyn Fn(&Error) -> AfterError,
+}
+
+/// What a look gets: the channel its watches report into, the watches to take back when the
+/// loop ends, and what is queued on the channel.
+pub(crate) struct Looking<'a, 'b> {
+    /// Set watches with this channel.
+    pub tx: &'b Sender<WatchEvent>,
+    /// Watches set with [`tx`](Self::tx), taken back when the loop ends.
+    pub watches: &'b mut WatchGuard<'a>,
+    rx: &'b Receiver<WatchEvent>,
+}
+
+impl Looking<'_, '_> {
+    /// Drops what the watches reported so far: a read sent after this answers it (a watch's
+    /// event reaches its channel before the reply to any later request), so the wait after
+    /// this look sleeps only until something newer.
+    pub fn answered(&self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+}
+
+/// Runs `look` and waits, until `stop` fires or is dropped, or the client closes. `look`
+/// returns when to look again without an event (`None`: only on one).
+pub(crate) fn follow(
+    core: &LockCore,
+    stop: &Receiver<()>,
+    wake: (&Sender<WatchEvent>, &Receiver<WatchEvent>),
+    rules: &Rules<'_>,
+    mut look: impl FnMut(&mut Looking<'_, '_>) -> Result<Option<Instant>>,
+) {
+    let client = &core.client;
+    // Subscribed, and the channel made, before the first look: nothing slips past.
+    let states = client.subscribe();
+    let (tx, rx) = wake;
+    let mut watches = WatchGuard::new(client, tx);
+    let mut failures = 0;
+    'looks: loop {
+        let mut looking = Looking {
+            tx,
+            watches: &mut watches,
+            rx,
+        };
+        let next = match look(&mut looking) {
+            Ok(next) => {
+                failures = 0;
+                next
+            }
+            Err(Error::Closed) => break,
+            Err(e) => {
+                let mut longest = 8;
+                let failures = match (rules.after_error)(&e) {
+                    AfterError::Backoff => &mut failures,
+                    AfterError::Later => &mut longest,
+                };
+                if pause(stop, &states, failures, None) {
+                    break;
+                }
+                continue;
+            }
+        };
+        loop {
+            let Some(token) = client
+                .session_id()
+                .and_then(|s| client.session_token(s, false))
+            else {
+                if pause(stop, &states, &mut failures, None) {
+                    break 'looks;
+                }
+                continue 'looks;
+            };
+            match core.wait(rx, &states, &token, next, Some(stop), None) {
+                Ok(Woke::Cancelled) | Err(Error::Closed) => break 'looks,
+                Ok(Woke::Suspended) if !rules.look_when_suspended => continue,
+                _ => continue 'looks,
+            }
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! A value every process reads from memory and sets with a compare-and-set (Curator's
+//! `SharedValue`), kept current by a thread of its own.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use log::{debug, warn};
+use parking_lot::{Condvar, Mutex};
+
+use crate::lock::core::LockCore;
+use crate::lock::follow::{follow, AfterError, Looking, Rules};
+use crate::{paths, Client, CreateMode, Error, LockOptions, Result, Stat, WatchEvent};
+
+/// The longest one look at the value takes (its calls together).
+const LOOK_WAIT: Duration = Duration::from_secs(2);
+
+/// A value as read, with what a compare-and-set needs: the node's data version (the write's
+/// condition) and the transaction id of its last change (`mzxid`, by which values are
+/// ordered: a later change always has a larger one, also across a delete and re-create).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionedValue<T> {
+    /// The value.
+    pub value: T,
+    /// The node's data version when it held this value (`-1`: never read).
+    pub version: i32,
+    /// The transaction that last changed the node (`-1`: never read).
+    pub zxid: i64,
+}
+
+type Listener = Arc<dyn Fn(&VersionedValue<Vec<u8>>) + Send + Sync>;
+
+/// A value at one node that every process reads from memory and sets with a compare-and-set.
+/// Apache Curator's `SharedValue`, on the same node (the value's bytes, as they are), so a
+/// Curator process and ours can share it.
+///
+/// [`start`](Self::start) makes the node with the seed if it is missing (the first seed
+/// wins) and reads it; from then on a thread of its own follows it with a watch, reading it
+/// again after every change and reconnection. What it shows never goes back: a value is
+/// taken only if it changed later than the one shown (by `mzxid`), so a read answered by a
+/// server that is behind, a reordered event or a node made again cannot undo what was seen.
+/// [`is_current`](Self::is_current) says whether the value shown has been read on the
+/// connection that is up now (while it is not, another process may have changed it).
+///
+/// ```no_run
+/// # fn main() -> zk_recipes::Result<()> {
+/// use zk_recipes::shared::SharedValue;
+/// use zk_recipes::Client;
+///
+/// let client = Client::builder("127.0.0.1:2181").connect()?;
+/// let mode = SharedValue::new(&client, "/config/mode", b"normal")?;
+/// mode.start()?;
+/// mode.add_listener(|v| println!("mode is now {:?}", String::from_utf8_lossy(&v.value)));
+/// let seen = mode.versioned_value();
+/// if !mode.try_set_value(&seen, b"drain")? {
+///     // Someone changed it since `seen`: look again and decide again.
+/// }
+/// mode.close();
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedValue {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+}
+
+struct Inner {
+    core: LockCore,
+    state: Mutex<State>,
+    changed: Condvar,
+    listeners: Mutex<Vec<Listener>>,
+    wake: (Sender<WatchEvent>, Receiver<WatchEvent>),
+}
+
+struct State {
+    shown: VersionedValue<Vec<u8>>,
+    /// The session and connection the value was last read (and watched) on.
+    read_on: Option<(crate::SessionId, u64)>,
+    started: bool,
+    closed: bool,
+}
+
+impl std::fmt::Debug for SharedValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.inner.state.lock();
+        f.debug_struct("SharedValue")
+            .field("path", &self.inner.core.path)
+            .field("version", &state.shown.version)
+            .field("zxid", &state.shown.zxid)
+            .finish()
+    }
+}
+
+impl SharedValue {
+    /// A value at `path`; `seed` is what [`start`](Self::start) writes if the node is
+    /// missing, and what the value reads as until then.
+    pub fn new(client: &Client, path: &str, seed: &[u8]) -> Result<SharedValue> {
+        if paths::parent(path).is_none() {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "a shared value needs a path of its own, not the root",
+            });
+        }
+        Ok(SharedValue {
+            inner: Arc::new(Inner {
+                core: LockCore::new(client, path, LockOptions::new())?,
+                state: Mutex::new(State {
+                    shown: VersionedValue {
+                        value: seed.to_vec(),
+                        version: -1,
+                        zxid: -1,
+                    },
+                    read_on: None,
+                    started: false,
+                    closed: false,
+                }),
+                changed: Condvar::new(),
+                listeners: Mutex::new(Vec::new()),
+                wake: unbounded(),
+            }),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// The node's path.
+    pub fn path(&self) -> &str {
+        &self.inner.core.path
+    }
+
+    /// Calls `listener` (on the value's own thread, or on the thread whose write changed it)
+    /// with each newer value the recipe sees: never an older one, nor the same one twice.
+    /// Values written between two reads are not seen.
+    pub fn add_listener(
+        &self,
+        listener: impl Fn(&VersionedValue<Vec<u8>>) + Send + Sync + 'static,
+    ) {
+        self.inner.listeners.lock().push(Arc::new(listener));
+    }
+
+    /// Makes the node with the seed if it is missing (its parents as containers), reads it,
+    /// and starts following it. Returns once the value is read.
+    ///
+    /// # Errors
+    /// `IllegalState` if started before or closed; what the create or the read meet (a
+    /// connection problem included: the value is followed all the same, and read once the
+    /// connection is back).
+    pub fn start(&self) -> Result<()> {
+        let mut worker = self.worker.lock();
+        {
+            let mut state = self.inner.state.lock();
+            if state.started || state.closed {
+                return Err(Error::IllegalState(
+                    "the shared value was started already".into(),
+                ));
+            }
+            state.started = true;
+        }
+        let (stop_tx, stop_rx) = bounded(0);
+        let inner = self.inner.clone();
+        let handle = thread::Builder::new()
+            .name("zk-shared-value".into())
+            .spawn(move || inner.run(&stop_rx))
+            .map_err(|e| Error::IllegalState(format!("cannot start the value's thread: {e}")))?;
+        *worker = Some((stop_tx, handle));
+        drop(worker);
+        self.inner.make_if_missing()?;
+        self.inner.read()?;
+        Ok(())
+    }
+
+    /// The value as last seen (the seed before the first read).
+    pub fn value(&self) -> Vec<u8> {
+        self.inner.state.lock().shown.value.clone()
+    }
+
+    /// The value as last seen, with its version and `mzxid`: what
+    /// [`try_set_value`](Self::try_set_value) takes.
+    pub fn versioned_value(&self) -> VersionedValue<Vec<u8>> {
+        self.inner.state.lock().shown.clone()
+    }
+
+    /// True while the value shown was read, and is watched, on the connection that is up
+    /// now; false before the first read, while the connection is down, and after a
+    /// reconnection or a new session until the value is read again.
+    pub fn is_current(&self) -> bool {
+        self.inner.is_current()
+    }
+
+    /// Waits at most `timeout` until [`is_current`](Self::is_current); true then.
+    pub fn wait_current(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        let mut state = self.inner.state.lock();
+        loop {
+            if state.closed {
+                return false;
+            }
+            if self.inner.is_current_locked(&state) {
+                return true;
+            }
+            // The value becomes current only by a read on the connection that is up (after
+            // every reconnection the thread reads), and each read wakes this wait.
+            if self.inner.changed.wait_until(&mut state, until).timed_out() {
+                return self.inner.is_current_locked(&state);
+            }
+        }
+    }
+
+    /// Sets the value whatever it is (a write without a version). The node must exist.
+    ///
+    /// # Errors
+    /// `NoNode` if someone deleted it; what the write meets otherwise.
+    pub fn set_value(&self, value: &[u8]) -> Result<()> {
+        let stat = self.inner.core.client.set_data(self.path(), value, None)?;
+        self.inner.show(value.to_vec(), &stat);
+        Ok(())
+    }
+
+    /// Sets the value to `value` only if it has not changed since `previous` was read: true
+    /// if it was set; false (and the value read again) if it had changed. Also false at once,
+    /// without a call, if the value shown here is already newer than `previous`.
+    ///
+    /// # Errors
+    /// `IllegalState` for a `previous` that was never read (version `-1`, which the server
+    /// would take as "any version", as it would a version that wrapped round to `-1`);
+    /// `NoNode` if the node is gone; `ConnectionLoss` when the write's answer was lost: it may
+    /// or may not have been applied (it is not sent again, which could apply it twice).
+    pub fn try_set_value(&self, previous: &VersionedValue<Vec<u8>>, value: &[u8]) -> Result<bool> {
+        if previous.version == -1 {
+            return Err(Error::IllegalState(
+                "a compare-and-set needs a value that was read (version -1 would match any)".into(),
+            ));
+        }
+        if self.inner.state.lock().shown.zxid > previous.zxid {
+            return Ok(false);
+        }
+        let path = self.path();
+        match self
+            .inner
+            .core
+            .client
+            .set_data(path, value, Some(previous.version))
+        {
+            Ok(stat) => {
+                self.inner.show(value.to_vec(), &stat);
+                Ok(true)
+            }
+            Err(e) if e.is_code(crate::ZkCode::BadVersion) => {
+                // Changed meanwhile: read now, so the caller's next look sees why.
+                if let Err(e) = self.inner.read() {
+                    debug!("{path}: reading after a failed compare-and-set: {e}");
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops following the value (the node stays). Idempotent; also done on drop.
+    pub fn close(&self) {
+        let mut worker = self.worker.lock();
+        self.inner.state.lock().closed = true;
+        self.inner.changed.notify_all();
+        if let Some((stop, handle)) = worker.take() {
+            drop(stop);
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Drop for SharedValue {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    /// The value's thread: read with a watch, wait for a change or a reconnection; until
+    /// stopped.
+    fn run(&self, stop: &Receiver<()>) {
+        let after_error = |e: &Error| {
+            debug!("{}: {e}", self.core.path);
+            AfterError::Backoff
+        };
+        let rules = Rules {
+            // A suspension is shown by `is_current` at once; the value is read again when
+            // the connection comes back.
+            look_when_suspended: false,
+            after_error: &after_error,
+        };
+        follow(
+            &self.core,
+            stop,
+            (&self.wake.0, &self.wake.1),
+            &rules,
+            |looking| self.look(looking),
+        );
+    }
+
+    /// One look: the value read with a watch (or, if the node is missing, its creation
+    /// watched).
+    fn look(&self, looking: &mut Looking<'_, '_>) -> Result<Option<Instant>> {
+        let client = self.core.client.with_deadline(Instant::now() + LOOK_WAIT);
+        let path = &self.core.path;
+        loop {
+            looking.answered();
+            // A read is current on the connection it went out and came back on: one that
+            // spanned a reconnection (or a new session) is made again.
+            let on = connection_of(&client);
+            let read = match client.data_watch(path, looking.tx) {
+                Ok((data, stat)) => Some((data, stat)),
+                Err(e) if e.is_no_node() => None,
+                Err(e) => return Err(e),
+            };
+            looking.watches.watching(path);
+            // Gone: its creation is watched (the value shown stays the last one seen); made
+            // again meanwhile, it is read again.
+            let settled = read.is_some() || client.exists_watch(path, looking.tx)?.is_none();
+            if !settled || on.is_none() || connection_of(&client) != on {
+                continue;
+            }
+            self.state.lock().read_on = on;
+            match read {
+                Some((data, stat)) => self.show(data, &stat),
+                None => {
+                    self.changed.notify_all();
+                }
+            }
+            return Ok(None);
+        }
+    }
+
+    /// Makes the node with the seed if it is missing.
+    fn make_if_missing(&self) -> Result<()> {
+        let seed = self.state.lock().shown.value.clone();
+        match self.core.client.create_under_containers(
+            &self.core.path,
+            &seed,
+            CreateMode::Persistent,
+        ) {
+            Ok((_, stat, _)) => {
+                self.show(seed, &stat);
+                Ok(())
+            }
+            Err(e) if e.is_node_exists() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the value (without a watch: the thread keeps one).
+    fn read(&self) -> Result<()> {
+        let (data, stat) = self.core.client.data(&self.core.path)?;
+        self.show(data, &stat);
+        Ok(())
+    }
+
+    /// Shows `value` if it changed later than the value shown; its listeners hear of it.
+    fn show(&self, value: Vec<u8>, stat: &Stat) {
+        let shown = {
+            let mut state = self.state.lock();
+            if stat.mzxid <= state.shown.zxid {
+                self.changed.notify_all();
+                return;
+            }
+            state.shown = VersionedValue {
+                value,
+                version: stat.version,
+                zxid: stat.mzxid,
+            };
+            state.shown.clone()
+        };
+        self.changed.notify_all();
+        let listeners = self.listeners.lock().clone();
+        for l in listeners {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(&shown))).is_err() {
+                warn!("a listener of {} panicked", self.core.path);
+            }
+        }
+    }
+
+    fn is_current(&self) -> bool {
+        let state = self.state.lock();
+        self.is_current_locked(&state)
+    }
+
+    fn is_current_locked(&self, state: &State) -> bool {
+        let read_on = state.read_on;
+        let client = &self.core.client;
+        client.is_connected() && read_on.is_some() && read_on == connection_of(client)
+    }
+}
+
+/// The session and the connection a call made now goes out on (a reconnection, to the same
+/// server or another, makes a new one).
+fn connection_of(client: &Client) -> Option<(crate::SessionId, u64)> {
+    let connections = client.metrics().connections;
+    client.session_id().map(|s| (s, connections))
+}
