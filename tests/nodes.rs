@@ -371,3 +371,36 @@ fn closing_a_node_whose_link_is_refused_returns_within_its_bound() {
     );
     proxy.heal();
 }
+
+/// A look that starts on one session and finds the node gone with it makes the node on the
+/// next session: that node is ours, not another session's (review 38a, finding 2: the look
+/// compared the owner with the session it started on, and slept with no node of its own).
+#[test]
+fn a_node_made_on_the_session_after_the_one_a_look_began_on_is_taken_as_ours() {
+    let f = faulty();
+    let path = "/node-look-spans-sessions";
+    let owner = connect(&f.proxy.connect_string(), Duration::from_secs(4));
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let node = PersistentNode::new(&owner, path, NodeMode::Ephemeral, b"a").unwrap();
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    let sub = owner.subscribe();
+    let (id, passwd) = owner.testing_session_credentials().unwrap();
+    f.proxy.blackhole();
+    next_state(&sub, zk_recipes::ConnectionState::Suspended);
+    assert!(expire(&f.server, id, &passwd));
+    // A look begins (the data changed) while the client still has its first session.
+    node.set_data(b"b").unwrap();
+    f.proxy.heal();
+    let made = wait_for(SOON, || {
+        let stat = observer.exists(path).ok()??;
+        (stat.ephemeral_owner == owner.session_id()?.0).then_some(())
+    });
+    assert!(made.is_some(), "the node was never made on the new session");
+    let actual = wait_for(SOON, || node.actual_path());
+    assert_eq!(
+        actual.as_deref(),
+        Some(path),
+        "the node made is not taken as ours"
+    );
+}

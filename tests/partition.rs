@@ -236,3 +236,31 @@ fn an_item_that_cannot_be_taken_does_not_keep_the_others_from_their_owner() {
         .unwrap_or_default()
         .is_empty());
 }
+
+/// A node left at this worker's member name by another session (a crashed run of the same
+/// worker, say) is not this worker's join: the worker is not settled until its own node is
+/// listed (review 38a, finding 5).
+#[test]
+fn a_member_node_of_another_session_at_our_name_is_not_our_join() {
+    let s = server();
+    let path = root("foreign-member");
+    let ghost = connect(&s.connect_string(), SOON);
+    ghost
+        .create_with_parents(
+            &format!("{path}/members/w1"),
+            b"",
+            zk_recipes::CreateMode::Ephemeral,
+        )
+        .unwrap();
+    let ours = connect(&s.connect_string(), SOON);
+    let share = Partitioner::new(&ours, &path, "w1", ["a", "b"]).unwrap();
+    share.start().unwrap();
+    // A pass has run (it found the group), with the ghost's node at our name.
+    assert!(wait_for(SOON, || (!share.assigned().is_empty()).then_some(())).is_some());
+    assert!(!share.is_settled(), "settled on another session's node");
+    ghost.close();
+    assert!(
+        share.wait_settled(SOON),
+        "never settled once the ghost went"
+    );
+}

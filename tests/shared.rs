@@ -150,7 +150,7 @@ fn after_a_session_loss_the_value_is_read_again() {
     let client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
     let v = SharedValue::new(&client, path, b"0").unwrap();
     v.start().unwrap();
-    assert!(v.is_current());
+    assert!(v.wait_current(SOON));
     let sub = client.subscribe();
     let (id, passwd) = client.testing_session_credentials().unwrap();
     f.proxy.blackhole();
@@ -301,4 +301,71 @@ fn contended_increments_are_each_counted_once() {
     .unwrap();
     assert_eq!(c.get().unwrap().pre_value, all.len() as i64);
     assert!(!all.is_empty());
+}
+
+/// Listeners are called in the order of the values, never an older after a newer, also when a
+/// caller's own write and another process's race (review 38a, finding 1: a caller's thread
+/// called them with its own value after the value's thread had called them with a newer one).
+#[test]
+fn a_callers_own_write_is_not_heard_after_a_newer_one() {
+    let s = server();
+    let path = root("listener-order");
+    let other = connect(&s.connect_string(), SOON);
+    let v = SharedValue::new(&connect(&s.connect_string(), SOON), &path, b"seed").unwrap();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let h = heard.clone();
+    v.add_listener(move |value| {
+        // A listener slow on any thread but the value's own: where the race was.
+        if thread::current().name() != Some("zk-shared-value") {
+            thread::sleep(Duration::from_millis(300));
+        }
+        h.lock().unwrap().push(value.zxid);
+    });
+    v.start().unwrap();
+    let seen = v.versioned_value();
+    let writer = {
+        let path = path.clone();
+        thread::spawn(move || {
+            // Lands while our own write's listeners are (or would be) running.
+            thread::sleep(Duration::from_millis(100));
+            other.set_data(&path, b"theirs", None).unwrap();
+        })
+    };
+    assert!(v.try_set_value(&seen, b"mine").unwrap());
+    writer.join().unwrap();
+    assert!(
+        wait_for(SOON, || (v.value() == b"theirs").then_some(())).is_some(),
+        "never saw the other write"
+    );
+    let last = v.versioned_value().zxid;
+    let heard = wait_for(SOON, || {
+        let heard = heard.lock().unwrap().clone();
+        (heard.last() == Some(&last)).then_some(heard)
+    })
+    .expect("the listeners never heard the last value");
+    for pair in heard.windows(2) {
+        assert!(pair[0] < pair[1], "heard out of order: {heard:?}");
+    }
+}
+
+/// A value whose node is gone is not current (nothing shown was read from it), and is again
+/// once the node is made again and read (review 38a, findings 3 and 4).
+#[test]
+fn a_value_whose_node_is_gone_is_not_current() {
+    let s = server();
+    let path = root("gone-not-current");
+    let admin = connect(&s.connect_string(), SOON);
+    let v = SharedValue::new(&connect(&s.connect_string(), SOON), &path, b"seed").unwrap();
+    v.start().unwrap();
+    assert!(v.wait_current(SOON));
+    admin.delete(&path).unwrap();
+    assert!(
+        wait_for(SOON, || (!v.is_current()).then_some(())).is_some(),
+        "current with its node gone"
+    );
+    admin
+        .create(&path, b"back", CreateMode::Persistent)
+        .unwrap();
+    assert!(v.wait_current(SOON));
+    assert_eq!(v.value(), b"back");
 }

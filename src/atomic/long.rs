@@ -204,7 +204,8 @@ impl DistributedAtomicLong {
     /// Adds `delta` (wrapping on overflow, as Curator's does).
     ///
     /// # Errors
-    /// `ConnectionLoss` if a write's answer was lost (it may have been applied); `Malformed`
+    /// `ConnectionLoss` (or `Timeout`, on a client with a deadline) if a write's answer was
+    /// lost (it may have been applied, once); `Malformed`
     /// if the node holds 1 to 7 bytes; what a call meets otherwise (`NoAuth`, `Timeout`...).
     pub fn add(&self, delta: i64) -> Result<AtomicValue> {
         self.change(|value| value.wrapping_add(delta))
@@ -219,8 +220,9 @@ impl DistributedAtomicLong {
         self.change(|_| value)
     }
 
-    /// Sets `new` if the value is `expected` now: one try. A missing node, or one with empty
-    /// data, holds 0 for this comparison (Curator's compares bytes and never matches those).
+    /// Sets `new` if the value is `expected` now: one try. Values are compared, not bytes: a
+    /// missing node, or one with empty data, holds 0, and a node of more than 8 bytes holds
+    /// its first 8 (Curator compares bytes and never matches those).
     ///
     /// # Errors
     /// As [`add`](Self::add).

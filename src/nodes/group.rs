@@ -102,7 +102,8 @@ impl GroupMember {
     }
 
     /// [`watch_members`](Self::watch_members), its calls bounded by `deadline`; also says
-    /// whether this member's own node was in the server's listing (not only added to it).
+    /// whether this member's own node, on the client's session, was in the server's listing
+    /// (not only added to it, nor another session's at its name).
     pub(crate) fn watch_members_by(
         &self,
         deadline: std::time::Instant,
@@ -111,7 +112,8 @@ impl GroupMember {
         self.read_members(&self.client.with_deadline(deadline), Some(tx))
     }
 
-    /// The members, and whether this member's node was among those listed.
+    /// The members, and whether this member's node, made on the client's session, was among
+    /// those listed.
     fn read_members(
         &self,
         client: &Client,
@@ -143,10 +145,15 @@ impl GroupMember {
             })
             .collect();
         let mut members = BTreeMap::new();
+        let mut listed = false;
         if !reads.is_empty() {
+            let session = client.session_id().map(|s| s.0);
             for (id, read) in ids.into_iter().zip(client.pipeline(&reads)?) {
                 match read {
-                    Ok(OpResult::Data(payload, _)) => {
+                    Ok(OpResult::Data(payload, stat)) => {
+                        // Our node is the one of our session: a node of another at our name
+                        // (a crashed run of this member's) goes with it, and ours comes then.
+                        listed |= id == self.id && Some(stat.ephemeral_owner) == session;
                         members.insert(id, payload);
                     }
                     // Left between the listing and the read.
@@ -156,7 +163,6 @@ impl GroupMember {
                 }
             }
         }
-        let listed = members.contains_key(&self.id);
         members
             .entry(self.id.clone())
             .or_insert_with(|| self.node.data());

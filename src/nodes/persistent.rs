@@ -357,20 +357,25 @@ impl Inner {
             until = until.min(by);
         }
         let client = self.core.client.with_deadline(until);
-        let Some(session) = client.session_id() else {
-            return Err(Error::ConnectionLoss);
-        };
-        let target = self.target(session);
         let mut made_now = false;
-        let stat = loop {
+        let (stat, session, target) = loop {
             // What woke us so far is answered by the read below. Our own create fires the
             // watch set before it; its event is dropped here, and the node is looked at
             // again, so that it is watched once made.
             looking.answered();
+            let Some(session) = client.session_id() else {
+                return Err(Error::ConnectionLoss);
+            };
+            let target = self.target(session);
             let looked = client.exists_watch(&target, looking.tx)?;
             looking.watches.watching(&target);
+            // The session changed while the call waited for a connection (the notice of it
+            // may be among what was dropped above): looked at again on the new one.
+            if client.session_id() != Some(session) {
+                continue;
+            }
             if let Some(stat) = looked {
-                break stat;
+                break (stat, session, target);
             }
             // Missing: made, then looked at again (a node deleted again at once is made
             // again; every call is bounded by the look's deadline).

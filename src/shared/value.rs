@@ -67,6 +67,7 @@ pub struct SharedValue {
 
 struct Inner {
     core: LockCore,
+    seed: Vec<u8>,
     state: Mutex<State>,
     changed: Condvar,
     listeners: Mutex<Vec<Listener>>,
@@ -75,8 +76,12 @@ struct Inner {
 
 struct State {
     shown: VersionedValue<Vec<u8>>,
-    /// The session and connection the value was last read (and watched) on.
+    /// The session and connection the value shown was read (and is watched) on; `None` from
+    /// the moment a watch fires (or the node is found gone) until the next read.
     read_on: Option<(crate::SessionId, u64)>,
+    /// The `mzxid` of the last value the listeners heard (only the value's thread calls
+    /// them, in order).
+    heard: i64,
     started: bool,
     closed: bool,
 }
@@ -105,6 +110,7 @@ impl SharedValue {
         Ok(SharedValue {
             inner: Arc::new(Inner {
                 core: LockCore::new(client, path, LockOptions::new())?,
+                seed: seed.to_vec(),
                 state: Mutex::new(State {
                     shown: VersionedValue {
                         value: seed.to_vec(),
@@ -112,6 +118,7 @@ impl SharedValue {
                         zxid: -1,
                     },
                     read_on: None,
+                    heard: -1,
                     started: false,
                     closed: false,
                 }),
@@ -128,9 +135,10 @@ impl SharedValue {
         &self.inner.core.path
     }
 
-    /// Calls `listener` (on the value's own thread, or on the thread whose write changed it)
-    /// with each newer value the recipe sees: never an older one, nor the same one twice.
-    /// Values written between two reads are not seen.
+    /// Calls `listener`, on the value's own thread, with each newer value the recipe sees, in
+    /// order: never an older one, nor the same one twice (also for a value this process
+    /// wrote, heard once the thread has looked again). Values written between two reads are
+    /// not seen.
     pub fn add_listener(
         &self,
         listener: impl Fn(&VersionedValue<Vec<u8>>) + Send + Sync + 'static,
@@ -206,13 +214,15 @@ impl SharedValue {
         }
     }
 
-    /// Sets the value whatever it is (a write without a version). The node must exist.
+    /// Sets the value whatever it is (a write without a version). The node must exist. The
+    /// client sends it again after a lost answer (a write without a version may be): if
+    /// another process wrote between the two, ours lands again over theirs.
     ///
     /// # Errors
     /// `NoNode` if someone deleted it; what the write meets otherwise.
     pub fn set_value(&self, value: &[u8]) -> Result<()> {
         let stat = self.inner.core.client.set_data(self.path(), value, None)?;
-        self.inner.show(value.to_vec(), &stat);
+        self.inner.show(value.to_vec(), &stat, None);
         Ok(())
     }
 
@@ -223,8 +233,14 @@ impl SharedValue {
     /// # Errors
     /// `IllegalState` for a `previous` that was never read (version `-1`, which the server
     /// would take as "any version", as it would a version that wrapped round to `-1`);
-    /// `NoNode` if the node is gone; `ConnectionLoss` when the write's answer was lost: it may
-    /// or may not have been applied (it is not sent again, which could apply it twice).
+    /// `NoNode` if the node is gone; `ConnectionLoss` (or `Timeout`, on a client with a
+    /// deadline) when the write's answer was lost: it may or may not have been applied (it is
+    /// not sent again, which could apply it twice).
+    ///
+    /// The server checks the data version only: a node deleted and made again since
+    /// `previous` was read starts again at version 0, and a set from a `previous` at that
+    /// version lands on it (ZooKeeper has no write conditional on `mzxid`; Curator has the
+    /// same limit). Do not delete a shared value's node while processes set it.
     pub fn try_set_value(&self, previous: &VersionedValue<Vec<u8>>, value: &[u8]) -> Result<bool> {
         if previous.version == -1 {
             return Err(Error::IllegalState(
@@ -242,7 +258,7 @@ impl SharedValue {
             .set_data(path, value, Some(previous.version))
         {
             Ok(stat) => {
-                self.inner.show(value.to_vec(), &stat);
+                self.inner.show(value.to_vec(), &stat, None);
                 Ok(true)
             }
             Err(e) if e.is_code(crate::ZkCode::BadVersion) => {
@@ -258,10 +274,12 @@ impl SharedValue {
 
     /// Stops following the value (the node stays). Idempotent; also done on drop.
     pub fn close(&self) {
-        let mut worker = self.worker.lock();
         self.inner.state.lock().closed = true;
         self.inner.changed.notify_all();
-        if let Some((stop, handle)) = worker.take() {
+        // Taken, and the lock let go, before the join: a listener (on the thread joined) may
+        // close the value too.
+        let taken = self.worker.lock().take();
+        if let Some((stop, handle)) = taken {
             drop(stop);
             if handle.thread().id() != thread::current().id() {
                 let _ = handle.join();
@@ -300,11 +318,13 @@ impl Inner {
     }
 
     /// One look: the value read with a watch (or, if the node is missing, its creation
-    /// watched).
+    /// watched); then the listeners hear what is newer than what they heard.
     fn look(&self, looking: &mut Looking<'_, '_>) -> Result<Option<Instant>> {
+        // Woken: what is shown may be stale until read again.
+        self.state.lock().read_on = None;
         let client = self.core.client.with_deadline(Instant::now() + LOOK_WAIT);
         let path = &self.core.path;
-        loop {
+        let read = loop {
             looking.answered();
             // A read is current on the connection it went out and came back on: one that
             // spanned a reconnection (or a new session) is made again.
@@ -315,33 +335,33 @@ impl Inner {
                 Err(e) => return Err(e),
             };
             looking.watches.watching(path);
-            // Gone: its creation is watched (the value shown stays the last one seen); made
-            // again meanwhile, it is read again.
+            // Gone: its creation is watched (the value shown stays the last one seen, and is
+            // not current); made again meanwhile, it is read again.
             let settled = read.is_some() || client.exists_watch(path, looking.tx)?.is_none();
-            if !settled || on.is_none() || connection_of(&client) != on {
-                continue;
+            if settled && on.is_some() && connection_of(&client) == on {
+                break read.map(|(data, stat)| (data, stat, on));
             }
-            self.state.lock().read_on = on;
-            match read {
-                Some((data, stat)) => self.show(data, &stat),
-                None => {
-                    self.changed.notify_all();
-                }
+        };
+        match read {
+            Some((data, stat, on)) => self.show(data, &stat, on),
+            None => {
+                self.changed.notify_all();
             }
-            return Ok(None);
         }
+        self.tell();
+        Ok(None)
     }
 
     /// Makes the node with the seed if it is missing.
     fn make_if_missing(&self) -> Result<()> {
-        let seed = self.state.lock().shown.value.clone();
+        let seed = self.seed.clone();
         match self.core.client.create_under_containers(
             &self.core.path,
             &seed,
             CreateMode::Persistent,
         ) {
             Ok((_, stat, _)) => {
-                self.show(seed, &stat);
+                self.show(seed, &stat, None);
                 Ok(())
             }
             Err(e) if e.is_node_exists() => Ok(()),
@@ -352,26 +372,48 @@ impl Inner {
     /// Reads the value (without a watch: the thread keeps one).
     fn read(&self) -> Result<()> {
         let (data, stat) = self.core.client.data(&self.core.path)?;
-        self.show(data, &stat);
+        self.show(data, &stat, None);
         Ok(())
     }
 
-    /// Shows `value` if it changed later than the value shown; its listeners hear of it.
-    fn show(&self, value: Vec<u8>, stat: &Stat) {
-        let shown = {
+    /// Shows `value` if it changed later than the value shown; `on`: the value's thread read
+    /// it, with its watch, on that connection. A value shown by a caller's thread wakes the
+    /// value's thread, which tells the listeners (only it does: in order).
+    fn show(&self, value: Vec<u8>, stat: &Stat, on: Option<(crate::SessionId, u64)>) {
+        let newer = {
             let mut state = self.state.lock();
-            if stat.mzxid <= state.shown.zxid {
-                self.changed.notify_all();
-                return;
+            if on.is_some() {
+                state.read_on = on;
             }
-            state.shown = VersionedValue {
-                value,
-                version: stat.version,
-                zxid: stat.mzxid,
-            };
-            state.shown.clone()
+            let newer = stat.mzxid > state.shown.zxid;
+            if newer {
+                state.shown = VersionedValue {
+                    value,
+                    version: stat.version,
+                    zxid: stat.mzxid,
+                };
+            }
+            newer
         };
         self.changed.notify_all();
+        if newer && on.is_none() && !self.listeners.lock().is_empty() {
+            let _ = self.wake.0.send(WatchEvent {
+                kind: crate::WatchKind::Other,
+                path: self.core.path.clone(),
+            });
+        }
+    }
+
+    /// The listeners hear the value shown, if it is newer than what they heard.
+    fn tell(&self) {
+        let shown = {
+            let mut state = self.state.lock();
+            if state.shown.zxid <= state.heard {
+                return;
+            }
+            state.heard = state.shown.zxid;
+            state.shown.clone()
+        };
         let listeners = self.listeners.lock().clone();
         for l in listeners {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(&shown))).is_err() {
