@@ -185,6 +185,15 @@ pub enum Error {
     IllegalState(String),
     /// The server sent an answer this client cannot read.
     Protocol(String),
+    /// A write went out and its answer was lost (the connection broke, the session ended or
+    /// the deadline passed first): it may or may not have been applied, and it was not sent
+    /// again. Returned by recipes whose writes must not be applied twice (a counter's
+    /// increment, a compare-and-set), so that a caller can tell it from a failure before any
+    /// write went out (`ConnectionLoss`, `Timeout`, ... then mean nothing was written).
+    OutcomeUnknown {
+        /// The node written.
+        path: String,
+    },
     /// A node's data is not in the format the recipe reads and writes there (a count shorter
     /// than its 4 bytes, a long shorter than its 8): someone else wrote it. Nothing was
     /// written.
@@ -300,6 +309,11 @@ impl fmt::Display for Error {
             Error::Tls(why) => write!(f, "TLS: {why}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
+            Error::OutcomeUnknown { path } => write!(
+                f,
+                "the answer to a write of {path} was lost: it may or may not have been applied \
+                 (it was not sent again)"
+            ),
             Error::Malformed { path, what } => write!(
                 f,
                 "the data at {path} is not what this recipe keeps there: {what}"

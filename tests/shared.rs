@@ -369,3 +369,52 @@ fn a_value_whose_node_is_gone_is_not_current() {
     assert!(v.wait_current(SOON));
     assert_eq!(v.value(), b"back");
 }
+
+/// A compare-and-set whose write reached the server but whose answer was lost says its
+/// outcome is unknown (it was applied, once: it is not sent again).
+#[test]
+fn a_compare_and_set_whose_answer_is_lost_says_its_outcome_is_unknown() {
+    let f = faulty();
+    let path = "/shared-lost-answer";
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(3));
+    let v = SharedValue::new(&client, path, b"0").unwrap();
+    v.start().unwrap();
+    let seen = v.versioned_value();
+    // The write goes through; its answer (and every other) is held until the connection is
+    // given up.
+    f.proxy.hold_replies();
+    let done = v.try_set_value(&seen, b"1");
+    f.proxy.heal();
+    assert!(
+        matches!(done, Err(Error::OutcomeUnknown { .. })),
+        "{done:?}"
+    );
+    let other = connect(&f.server.connect_string(), SOON);
+    let (data, stat) = other.data(path).unwrap();
+    assert_eq!(
+        (data.as_slice(), stat.version),
+        (&b"1"[..], 1),
+        "applied once"
+    );
+}
+
+/// An increment whose read's answer is lost wrote nothing, and its error says so (it is not
+/// `OutcomeUnknown`).
+#[test]
+fn an_increment_that_fails_before_its_write_changed_nothing() {
+    let f = faulty();
+    let path = "/long-lost-read";
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(3));
+    let c = DistributedAtomicLong::new(&client, path, RetryPolicy::never()).unwrap();
+    assert_eq!(c.increment().unwrap().post_value, 1);
+    f.proxy.hold_replies();
+    let done = c.increment();
+    f.proxy.heal();
+    assert!(done.is_err(), "{done:?}");
+    assert!(
+        !matches!(done, Err(Error::OutcomeUnknown { .. })),
+        "{done:?}"
+    );
+    let other = connect(&f.server.connect_string(), SOON);
+    assert_eq!(other.data(path).unwrap().0, 1i64.to_be_bytes());
+}

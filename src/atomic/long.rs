@@ -86,7 +86,8 @@ enum Try {
 /// Every change reported as made is one conditional write on the value it read, so two made
 /// increments never return the same value. A write whose answer is lost is not sent again
 /// (Curator's retry can apply such a change twice and report it failed): it returns
-/// [`Error::ConnectionLoss`], meaning it may or may not have been applied.
+/// [`Error::OutcomeUnknown`], meaning it may have been applied, once. Any other error means
+/// the call changed nothing.
 ///
 /// ```no_run
 /// # fn main() -> zk_recipes::Result<()> {
@@ -113,6 +114,17 @@ pub struct DistributedAtomicLong {
     path: String,
     retry: RetryPolicy,
     promoted: Option<(PromotedToLock, InterProcessMutex)>,
+}
+
+/// A write's error, as the caller must take it: one that may have been applied (its answer
+/// lost) is [`Error::OutcomeUnknown`].
+pub(crate) fn unknown_if_lost(e: Error, path: &str) -> Error {
+    match e {
+        Error::ConnectionLoss | Error::Timeout { .. } | Error::SessionLost { .. } => {
+            Error::OutcomeUnknown { path: path.into() }
+        }
+        e => e,
+    }
 }
 
 /// The bytes of `value` as Curator keeps them.
@@ -204,8 +216,8 @@ impl DistributedAtomicLong {
     /// Adds `delta` (wrapping on overflow, as Curator's does).
     ///
     /// # Errors
-    /// `ConnectionLoss` (or `Timeout`, on a client with a deadline) if a write's answer was
-    /// lost (it may have been applied, once); `Malformed`
+    /// `OutcomeUnknown` if a write's answer was lost (it may have been applied, once); any
+    /// other error means nothing was changed: `Malformed`
     /// if the node holds 1 to 7 bytes; what a call meets otherwise (`NoAuth`, `Timeout`...).
     pub fn add(&self, delta: i64) -> Result<AtomicValue> {
         self.change(|value| value.wrapping_add(delta))
@@ -372,7 +384,7 @@ impl DistributedAtomicLong {
             Err(e) if e.is_node_exists() || e.is_no_node() || e.is_code(ZkCode::BadVersion) => {
                 Ok(Try::Raced)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(unknown_if_lost(e, &self.path)),
         }
     }
 

@@ -233,9 +233,9 @@ impl SharedValue {
     /// # Errors
     /// `IllegalState` for a `previous` that was never read (version `-1`, which the server
     /// would take as "any version", as it would a version that wrapped round to `-1`);
-    /// `NoNode` if the node is gone; `ConnectionLoss` (or `Timeout`, on a client with a
-    /// deadline) when the write's answer was lost: it may or may not have been applied (it is
-    /// not sent again, which could apply it twice).
+    /// `NoNode` if the node is gone; `OutcomeUnknown` when the write's answer was lost: it may
+    /// or may not have been applied (it is not sent again, which could apply it twice); any
+    /// other error means nothing was written.
     ///
     /// The server checks the data version only: a node deleted and made again since
     /// `previous` was read starts again at version 0, and a set from a `previous` at that
@@ -268,7 +268,7 @@ impl SharedValue {
                 }
                 Ok(false)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(crate::atomic::unknown_if_lost(e, path)),
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zk_recipes::lock::MIN_ATTEMPT;
 
+use crate::counter::{self, COUNTER};
 use crate::membership::{self, BARRIER, GROUP};
 use crate::{Worker, EPSILON};
 
@@ -203,6 +204,11 @@ pub struct Report {
     /// Group members' looks at their own nodes, and nodes gone under a live session.
     pub looks: usize,
     pub presence: Vec<String>,
+    /// Counter increments made, those of unknown outcome, and what breaks a counter's
+    /// history.
+    pub increments: usize,
+    pub unknown_increments: usize,
+    pub counter: Vec<String>,
 }
 
 impl Report {
@@ -216,6 +222,7 @@ impl Report {
             .chain(&self.missed_turns)
             .chain(&self.barrier)
             .chain(&self.presence)
+            .chain(&self.counter)
             .chain(&self.lost)
     }
 }
@@ -239,6 +246,8 @@ pub fn progress_since(lock: &str, text: &str, since: u64) -> bool {
             .any(|(_, at)| at > since)
     } else if lock.starts_with(&format!("{GROUP}/")) {
         membership::seen_since(&membership::parse_looks(text), since)
+    } else if lock == COUNTER {
+        counter::made_since(&counter::parse_increments(text), since)
     } else {
         parse(text).holds.iter().any(|h| h.last_piece > since)
     }
@@ -249,11 +258,26 @@ pub fn check(
     pauses: &[(usize, u64, u64)],
     gates: &HashMap<&'static str, Vec<GateWrite>>,
     horizon: u64,
+    counted: Option<i64>,
 ) -> Report {
     let mut report = Report::default();
     let mut by_recipe: HashMap<&'static str, Vec<(usize, Hold)>> = HashMap::new();
     let mut barrier = Vec::new();
+    let mut increments = Vec::new();
     for (i, w) in workers.iter().enumerate() {
+        if w.recipe == COUNTER {
+            let incs =
+                counter::parse_increments(&std::fs::read_to_string(&w.records).unwrap_or_default());
+            if incs.malformed > 0 {
+                report.lost.push(format!(
+                    "{COUNTER}: worker {i} wrote {} records that do not parse",
+                    incs.malformed
+                ));
+            }
+            report.unknown_increments += incs.unknown.len();
+            increments.push((i, incs));
+            continue;
+        }
         // The recipes that hold nothing exclusively have records and rules of their own.
         if w.recipe == BARRIER || w.recipe == GROUP {
             let text = std::fs::read_to_string(&w.records).unwrap_or_default();
@@ -366,6 +390,7 @@ pub fn check(
         }
     }
     report.barrier_passes = membership::check_barrier(&barrier, horizon, &mut report.barrier);
+    report.increments = counter::check_counter(&increments, counted, &mut report.counter);
     for (recipe, holds) in by_recipe {
         sweep(recipe, holds, &mut report);
     }
@@ -494,6 +519,7 @@ fn check_gate(recipe: &str, writes: &[GateWrite], report: &mut Report) {
 /// harness run: a checker that cannot fail proves nothing).
 pub fn self_test() {
     membership::self_test();
+    counter::self_test();
     let hold = |start: u64, end: u64, token: i64, exclusive: bool| Hold {
         start,
         end,

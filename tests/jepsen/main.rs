@@ -51,6 +51,7 @@ use zk_recipes::lock::FencingGate;
 use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 
 mod checker;
+mod counter;
 mod membership;
 mod nemesis;
 #[allow(dead_code)]
@@ -72,7 +73,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 12] = [
+const RECIPES: [&str; 13] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -85,6 +86,7 @@ const RECIPES: [&str; 12] = [
     "multi-lock",
     "double-barrier",
     "group",
+    counter::COUNTER,
 ];
 /// The items the `partition` recipe's workers share, each checked as a lock of its own: its
 /// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
@@ -314,8 +316,14 @@ impl Workers {
     }
 
     /// The records checked as they are now, once the run is over: every record written.
-    fn check(&self, pauses: &[(usize, u64, u64)]) -> Report {
-        check(&self.workers, pauses, &self.gate_writes(), u64::MAX)
+    fn check(&self, pauses: &[(usize, u64, u64)], counted: Option<i64>) -> Report {
+        check(
+            &self.workers,
+            pauses,
+            &self.gate_writes(),
+            u64::MAX,
+            counted,
+        )
     }
 
     /// The records checked while the workers run: a barrier's passes of the last
@@ -323,7 +331,7 @@ impl Workers {
     /// session was lost, once it is back from a pause or a cut) may not be written yet.
     fn check_so_far(&self, pauses: &[(usize, u64, u64)]) -> Report {
         let horizon = mono().saturating_sub(UNWRITTEN.as_nanos() as u64);
-        check(&self.workers, pauses, &self.gate_writes(), horizon)
+        check(&self.workers, pauses, &self.gate_writes(), horizon, None)
     }
 
     /// Workers whose process ended before the coordinator ended it.
@@ -472,7 +480,7 @@ fn run(o: &Options) {
             pauses
         };
         workers_end(&mut liars);
-        let report = liars.check(&pauses);
+        let report = liars.check(&pauses, None);
         println!(
             "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
              their lease, over {} pauses past the session",
@@ -585,7 +593,8 @@ fn run(o: &Options) {
     let ended = mono();
     exited.extend(workers.exited());
     let statuses = workers_end(&mut workers);
-    let report = workers.check(&pauses);
+    let counted = final_count(&cluster, &security, "jepsen");
+    let report = workers.check(&pauses, counted);
     drop(workers);
     println!(
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
@@ -598,7 +607,8 @@ fn run(o: &Options) {
          stale tokens {}, fencing violations {}, deadlines missed {} (worst overrun {:?}), \
          turns missed {} of {} that came to paused waiters, \
          double-barrier passes {} ({} broke it), group looks {} ({} found a node gone \
-         under a live session), \
+         under a live session), counter increments made {} ({} of unknown outcome; final \
+         value {counted:?}; {} violations), \
          held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
@@ -622,6 +632,9 @@ fn run(o: &Options) {
         report.barrier.len(),
         report.looks,
         report.presence.len(),
+        report.increments,
+        report.unknown_increments,
+        report.counter.len(),
     );
     for line in report
         .violations()
@@ -661,6 +674,10 @@ fn run(o: &Options) {
         report.presence.is_empty(),
         "a group member's node went while its session lived; {replay}"
     );
+    assert!(
+        report.counter.is_empty(),
+        "the counter's history is not a counter's; {replay}"
+    );
     assert!(report.lost.is_empty(), "records were lost; {replay}");
     assert!(
         exited.is_empty() && statuses.is_empty(),
@@ -675,7 +692,11 @@ fn run(o: &Options) {
         "not held again within {settle:?} of the last fault: {stuck:?}; {replay}"
     );
     assert!(report.holds > 0 && report.timed > 0 && report.gate_writes > 0);
-    assert!(report.barrier_passes > 0 && report.looks > 0);
+    assert!(report.barrier_passes > 0 && report.looks > 0 && report.increments > 0);
+    assert!(
+        counted.is_some(),
+        "the counter's final value could not be read"
+    );
     drop(keep);
     drop(dir);
 }
@@ -904,6 +925,30 @@ fn tail(path: &Path) -> String {
         (_, Some(i)) => text[i + 1..].to_owned(),
         (_, None) => String::new(),
     }
+}
+
+/// The counter's value once every worker has stopped, read by a client of the coordinator's
+/// own, straight to the ensemble (a write whose answer a worker lost may still land after
+/// this read: it was counted as of unknown outcome, so the bounds hold either way).
+fn final_count(cluster: &TestingCluster, security: &[(&str, String)], tag: &str) -> Option<i64> {
+    let mut builder = zk_recipes::Client::builder(&cluster.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(TICK)
+        .connection_timeout(Duration::from_secs(30));
+    if let Some((_, ca)) = security.iter().find(|(k, _)| *k == "ZKR_JEPSEN_CA") {
+        let (user, password) = SASL_USER;
+        builder = builder
+            .tls(zk_recipes::TlsOptions::new(ca))
+            .sasl_digest(user, password);
+    }
+    let client = builder.connect().ok()?;
+    let path = format!("/{tag}/{}", counter::COUNTER);
+    client.sync(&path).ok()?;
+    zk_recipes::atomic::DistributedAtomicLong::new(&client, &path, zk_recipes::RetryPolicy::never())
+        .ok()?
+        .get()
+        .ok()
+        .map(|v| v.pre_value)
 }
 
 /// Stops every worker (their records are complete: each line was written at once); returns

@@ -149,7 +149,7 @@ pub fn worker() -> ! {
         asking: Mutex::new(()),
         gated: !matches!(
             recipe.as_str(),
-            "semaphore-v2x2" | "partition" | "multi-lock" | "double-barrier" | "group"
+            "semaphore-v2x2" | "partition" | "multi-lock" | "double-barrier" | "group" | "counter"
         ),
     });
     let client = connect(&id, SESSION);
@@ -404,6 +404,7 @@ pub fn worker() -> ! {
         }
         "double-barrier" => double_barrier(&ctx, &mut rng, &path),
         "group" => group_member(&ctx, &mut rng, &path, &id),
+        "counter" => counter(&ctx, &mut rng, &path),
         other => panic!("unknown recipe {other}"),
     }
     std::process::exit(0)
@@ -586,6 +587,38 @@ fn group_member(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str, id: &str) -> ! {
         {
             ctx.records.line(format!("V {} {}", mono(), session.0));
         }
+    }
+}
+
+/// Increments of one counter forever, each written down with when it began and returned: made
+/// (`I <from> <to> <value>`), not made (`N <from> <to>`: raced, or failed before its write),
+/// or of unknown outcome (`U <from> <to>`: the write's answer was lost). Optimistic tries, then a mutex, as Curator's `PromotedToLock`.
+fn counter(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
+    use zk_recipes::atomic::{DistributedAtomicLong, PromotedToLock};
+    let retry =
+        zk_recipes::RetryPolicy::exponential(Duration::from_millis(1), Duration::from_millis(20))
+            .max_retries(3);
+    loop {
+        // Each increment's calls end within two seconds (a deadline, not a per-call timeout).
+        let client = ctx.client.with_timeout(Duration::from_secs(2));
+        let promoted = PromotedToLock::new(&format!("{path}-lock"))
+            .timeout(Duration::from_secs(1))
+            .retry(retry.clone());
+        let c = DistributedAtomicLong::new(&client, path, retry.clone())
+            .and_then(|c| c.with_promotion(promoted))
+            .expect("recipe");
+        let from = mono();
+        let done = c.increment();
+        let to = mono();
+        ctx.records.line(match done {
+            Ok(v) if v.succeeded => format!("I {from} {to} {}", v.post_value),
+            Ok(_) => format!("N {from} {to}"),
+            Err(zk_recipes::Error::OutcomeUnknown { .. }) => format!("U {from} {to}"),
+            // Nothing was written.
+            Err(_) => format!("N {from} {to}"),
+        });
+        // A worker's pace between increments, not a synchronisation.
+        thread::sleep(Duration::from_millis(rng.u64(0..30)));
     }
 }
 
