@@ -37,12 +37,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::driver::Driver;
 use common::figures::*;
 use common::wire::batch as wire;
 use common::*;
@@ -75,8 +75,11 @@ fn main() {
     let most = 32;
     let ours = clients(&connect, most);
     ours[0].ensure_path(ROOT).expect("path");
-    let mut curator = start_peer("Curator", Driver::curator(&connect, most));
-    let mut kazoo = start_peer("kazoo", Driver::kazoo(&connect, WORKERS + 1));
+    let mut curator = start_peer(
+        "Curator",
+        Driver::curator("CuratorBatchBench", &connect, most),
+    );
+    let mut kazoo = start_peer("kazoo", kazoo_driver(&connect, WORKERS + 1));
 
     // 1. The server, warmed until its JIT is quiet.
     let warm = warm_server(&server, &ours[..8], quick);
@@ -720,102 +723,20 @@ fn report(table: &[Row]) {
     );
 }
 
-/// A peer's driver: one long-lived process for the whole run, commands on its standard input,
-/// one answer line each. Killed on drop (a panicking bench leaves none behind).
-struct Driver {
-    name: &'static str,
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Driver {
-    fn spawn(name: &'static str, command: &mut Command) -> Result<Driver, String> {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(Driver {
-            name,
-            child,
-            stdin,
-            stdout,
-        })
+/// kazoo's partitioner driver (`benches/kazoo_partitioner.py`) with `clients` clients.
+fn kazoo_driver(connect: &str, clients: usize) -> Result<Driver, String> {
+    let has_kazoo = Command::new(PYTHON)
+        .args(["-c", "import kazoo.recipe.partitioner"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !has_kazoo {
+        return Err(format!(
+            "{PYTHON} cannot import kazoo (apt-get install python3-kazoo)"
+        ));
     }
-
-    fn curator(connect: &str, clients: usize) -> Result<Driver, String> {
-        let cp = curator_driver("CuratorBatchBench")?;
-        let mut d = Driver::spawn(
-            "Curator",
-            Command::new("java").args(["-Xmx1g", "-cp", &cp, "CuratorBatchBench", connect]),
-        )?;
-        d.expect_ok(&format!("clients {clients}"))?;
-        Ok(d)
-    }
-
-    fn kazoo(connect: &str, clients: usize) -> Result<Driver, String> {
-        let has_kazoo = Command::new(PYTHON)
-            .args(["-c", "import kazoo.recipe.partitioner"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !has_kazoo {
-            return Err(format!(
-                "{PYTHON} cannot import kazoo (apt-get install python3-kazoo)"
-            ));
-        }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/kazoo_partitioner.py");
-        let mut d = Driver::spawn("kazoo", Command::new(PYTHON).args([script, connect]))?;
-        d.expect_ok(&format!("clients {clients}"))?;
-        Ok(d)
-    }
-
-    fn expect_ok(&mut self, command: &str) -> Result<(), String> {
-        match self.ask(command).as_str() {
-            "OK" => Ok(()),
-            other => Err(format!("{command:?} answered {other:?}")),
-        }
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        let name = self.name;
-        writeln!(self.stdin, "{command}").unwrap_or_else(|e| panic!("to the {name} driver: {e}"));
-        self.stdin
-            .flush()
-            .unwrap_or_else(|e| panic!("to the {name} driver: {e}"));
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .unwrap_or_else(|e| panic!("from the {name} driver: {e}"));
-        line.trim().to_owned()
-    }
-
-    /// The numbers of a `RESULT` answer.
-    fn numbers(&mut self, command: &str) -> Vec<f64> {
-        let answer = self.ask(command);
-        let Some(rest) = answer.strip_prefix("RESULT ") else {
-            panic!(
-                "the {} driver answered {answer:?} to {command:?}",
-                self.name
-            );
-        };
-        rest.split(' ').filter_map(|x| x.parse().ok()).collect()
-    }
-
-    fn quit(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/kazoo_partitioner.py");
+    let mut d = Driver::spawn("kazoo", Command::new(PYTHON).args([script, connect]))?;
+    d.expect_ok(&format!("clients {clients}"))?;
+    Ok(d)
 }

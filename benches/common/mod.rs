@@ -2,6 +2,7 @@
 //! and JSON-line output.
 #![allow(dead_code)]
 
+pub mod driver;
 pub mod figures;
 pub mod heap;
 pub mod shared_floor;

@@ -1,0 +1,193 @@
+//! Shared state (issue 38): counter increments per second at 1, 8 and 32 contending sessions,
+//! ours (`atomic::DistributedAtomicLong`) beside Curator 5.4's (`benches/CuratorSharedBench.java`,
+//! one long-lived JVM), on the same node layout.
+//!
+//! Both sides run the same loop: N contenders, each its own session and thread and its own
+//! counter object on one path, increment for a while; an increment tries optimistically and,
+//! when it meets a newer value, tries again at once, up to 1 000 times (Curator's
+//! `RetryNTimes(1000, 0)`; ours `RetryPolicy` with a zero backoff). No lock promotion. The
+//! figure is increments made per second, over all contenders, and the client's CPU per one.
+//!
+//! Fair means, as in `peers`: the server is warmed until its JIT is quiet; Curator is warmed
+//! until its own JIT has been quiet for a second; ours gets untimed warm-up turns; then both
+//! run on the same server in the same run, in alternated turns whose order flips from block to
+//! block, each turn on a counter of its own. Figures are given as ratios.
+//!
+//! `cargo bench -p zk-recipes-benches --bench shared [-- --quick]`. Skips Curator, saying why,
+//! if it is missing.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::driver::Driver;
+use common::figures::*;
+use common::*;
+use zk_recipes::atomic::DistributedAtomicLong;
+use zk_recipes::{Client, RetryPolicy};
+
+const ROOT: &str = "/bench/shared";
+
+/// One turn's figures: increments made per second, and the client's CPU per made one (µs).
+#[derive(Clone, Copy)]
+struct Turn {
+    per_sec: f64,
+    cpu_us: f64,
+}
+
+fn main() {
+    let args = args();
+    let quick = args.quick;
+    let server = server(&args);
+    let connect = server.connect_string();
+    let sizes = [1usize, 8, 32];
+    let most = 32;
+    let ours = clients(&connect, most);
+    ours[0].ensure_path(ROOT).expect("path");
+    let mut curator = match Driver::curator("CuratorSharedBench", &connect, most) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            json("shared", &[("curator_skipped", s(&why))]);
+            println!("Curator skipped: {why}");
+            None
+        }
+    };
+
+    let warm = warm_server(&server, &ours[..8], quick);
+    println!("server warmed: {warm}");
+    if let Some(c) = curator.as_mut() {
+        let most_secs = if quick { 3 } else { 120 };
+        let warm = c.ask(&format!("warm {ROOT}/curator-warm {most_secs}"));
+        println!("Curator warmed: {warm}");
+        if !warm.ends_with("quiet") {
+            println!("Curator's JIT was not quiet yet: this run's ratios are a smoke test only");
+            json("shared", &[("curator_jit_quiet", "false".into())]);
+        }
+    }
+    for i in 0..if quick { 1 } else { 3 } {
+        let _ = increments_ours(
+            &ours[..1],
+            &format!("{ROOT}/warm-{i}-1"),
+            Duration::from_millis(200),
+        );
+        let _ = increments_ours(
+            &ours[..8],
+            &format!("{ROOT}/warm-{i}-8"),
+            Duration::from_millis(200),
+        );
+    }
+
+    let blocks = if quick { 1 } else { 5 };
+    let run_for = Duration::from_millis(if quick { 200 } else { 2000 });
+    println!(
+        "\n{:<34}{:>12}{:>12}{:>10}{:>14} {:>14}",
+        "counter increments (made/s)", "ours", "Curator", "ours÷", "ours CPU µs", "Curator CPU µs"
+    );
+    for n in sizes {
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for b in 0..blocks {
+            let ours_first = b % 2 == 0;
+            for turn in 0..2 {
+                let path = format!("{ROOT}/n{n}-b{b}-t{turn}");
+                if (turn == 0) == ours_first {
+                    mine.push(increments_ours(&ours[..n], &path, run_for));
+                } else if let Some(c) = curator.as_mut() {
+                    let r = c.numbers(&format!("incr {path} {n} {}", run_for.as_millis()));
+                    theirs.push(Turn {
+                        per_sec: r.get(1).copied().unwrap_or(0.0),
+                        cpu_us: r.get(3).copied().unwrap_or(0.0) / 1000.0,
+                    });
+                }
+            }
+        }
+        let (o, t) = (median_turn(&mine), median_turn(&theirs));
+        let ratio = if t.per_sec > 0.0 {
+            o.per_sec / t.per_sec
+        } else {
+            f64::NAN
+        };
+        println!(
+            "{:<34}{:>12.0}{:>12.0}{:>10.2}{:>14.1} {:>14.1}",
+            format!("{n} contending session(s)"),
+            o.per_sec,
+            t.per_sec,
+            ratio,
+            o.cpu_us,
+            t.cpu_us
+        );
+        json(
+            "shared",
+            &[
+                ("figure", s("counter_increments_per_sec")),
+                ("sessions", n.to_string()),
+                ("ours", f(o.per_sec)),
+                ("curator", f(t.per_sec)),
+                ("ours_over_curator", f(ratio)),
+                ("ours_cpu_us", f(o.cpu_us)),
+                ("curator_cpu_us", f(t.cpu_us)),
+            ],
+        );
+    }
+    println!("(made/s: more is better, so a ratio over 1 is ours ahead; CPU per made increment)");
+    if let Some(mut c) = curator {
+        c.quit();
+    }
+}
+
+/// The median of each figure over the turns (zeros for none).
+fn median_turn(turns: &[Turn]) -> Turn {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    Turn {
+        per_sec: median(turns.iter().map(|t| t.per_sec).collect()),
+        cpu_us: median(turns.iter().map(|t| t.cpu_us).collect()),
+    }
+}
+
+/// Our contenders, one per client (each its own session and thread), increment the counter at
+/// `path` for `run_for`.
+fn increments_ours(clients: &[Client], path: &str, run_for: Duration) -> Turn {
+    let made = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(clients.len() + 1));
+    let retry = RetryPolicy::exponential(Duration::ZERO, Duration::ZERO).max_retries(1000);
+    let until = Arc::new(std::sync::OnceLock::new());
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let counter = DistributedAtomicLong::new(c, path, retry.clone()).expect("counter");
+            let (made, start, until) = (made.clone(), start.clone(), until.clone());
+            thread::spawn(move || {
+                start.wait();
+                let until: Instant = *until.get().expect("set before the start");
+                while Instant::now() < until {
+                    if counter.increment().is_ok_and(|v| v.succeeded) {
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let cpu = process_cpu();
+    let t0 = Instant::now();
+    let _ = until.set(t0 + run_for);
+    start.wait();
+    for t in threads {
+        t.join().expect("contender");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = process_cpu().saturating_sub(cpu);
+    let n = made.load(Ordering::Relaxed);
+    Turn {
+        per_sec: n as f64 / secs,
+        cpu_us: if n == 0 {
+            0.0
+        } else {
+            cpu.as_secs_f64() * 1e6 / n as f64
+        },
+    }
+}
