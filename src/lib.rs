@@ -32,6 +32,7 @@
 pub mod acl;
 pub mod atomic;
 pub mod barriers;
+pub mod cache;
 pub mod client;
 pub mod connect_string;
 pub mod error;

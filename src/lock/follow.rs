@@ -35,14 +35,26 @@ pub(crate) struct Looking<'a, 'b> {
     /// Watches set with [`tx`](Self::tx), taken back when the loop ends.
     pub watches: &'b mut WatchGuard<'a>,
     rx: &'b Receiver<WatchEvent>,
+    /// The event that ended the wait before this look (taken off the channel by the wait).
+    woke: Option<WatchEvent>,
 }
 
 impl Looking<'_, '_> {
     /// Drops what the watches reported so far: a read sent after this answers it (a watch's
     /// event reaches its channel before the reply to any later request), so the wait after
     /// this look sleeps only until something newer.
-    pub fn answered(&self) {
+    pub fn answered(&mut self) {
+        self.woke = None;
         while self.rx.try_recv().is_ok() {}
+    }
+
+    /// Takes what the watches reported so far (to be answered by reads sent after this).
+    pub fn take(&mut self) -> Vec<WatchEvent> {
+        self.woke
+            .take()
+            .into_iter()
+            .chain(self.rx.try_iter())
+            .collect()
     }
 }
 
@@ -61,11 +73,13 @@ pub(crate) fn follow(
     let (tx, rx) = wake;
     let mut watches = WatchGuard::new(client, tx);
     let mut failures = 0;
+    let mut woke = None;
     'looks: loop {
         let mut looking = Looking {
             tx,
             watches: &mut watches,
             rx,
+            woke: woke.take(),
         };
         let next = match look(&mut looking) {
             Ok(next) => {
@@ -97,9 +111,21 @@ pub(crate) fn follow(
             };
             match core.wait(rx, &states, &token, next, Some(stop), None) {
                 Ok(Woke::Cancelled) | Err(Error::Closed) => break 'looks,
+                Ok(Woke::Event(e)) => {
+                    woke = Some(e);
+                    continue 'looks;
+                }
                 Ok(Woke::Suspended) if !rules.look_when_suspended => continue,
                 _ => continue 'looks,
             }
         }
     }
+}
+
+/// The session and the connection a call made now goes out on (a reconnection, to the same
+/// server or another, makes a new one): what a recipe that reads on a thread of its own
+/// compares to know whether its last read is of the connection that is up.
+pub(crate) fn connection_of(client: &crate::Client) -> Option<(crate::SessionId, u64)> {
+    let connections = client.metrics().connections;
+    client.session_id().map(|s| (s, connections))
 }

@@ -10,7 +10,7 @@ use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::core::LockCore;
-use crate::lock::follow::{follow, AfterError, Looking, Rules};
+use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules};
 use crate::{paths, Client, CreateMode, Error, LockOptions, Result, Stat, WatchEvent};
 
 /// The longest one look at the value takes (its calls together).
@@ -432,11 +432,4 @@ impl Inner {
         let client = &self.core.client;
         client.is_connected() && read_on.is_some() && read_on == connection_of(client)
     }
-}
-
-/// The session and the connection a call made now goes out on (a reconnection, to the same
-/// server or another, makes a new one).
-fn connection_of(client: &Client) -> Option<(crate::SessionId, u64)> {
-    let connections = client.metrics().connections;
-    client.session_id().map(|s| (s, connections))
 }
