@@ -28,7 +28,7 @@ fn the_first_seed_wins_and_both_sides_read_it() {
     b.start().unwrap();
     assert_eq!(a.count().unwrap(), 10);
     assert_eq!(b.count().unwrap(), 10);
-    assert!(a.is_current() && b.is_current());
+    assert!(a.wait_current(SOON) && b.wait_current(SOON));
 }
 
 /// A compare-and-set from a value someone has changed since fails, and leaves the newer value

@@ -3,15 +3,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::core::LockCore;
-use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules};
+use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules, Worker};
 use crate::{
     paths, AddWatchMode, Client, Error, LockOptions, Op, OpResult, Result, SessionId, Stat,
     WatchEvent, WatchKind,
@@ -147,7 +146,7 @@ struct Entry {
 /// ```
 pub struct CuratorCache {
     inner: Arc<Inner>,
-    worker: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    worker: Worker,
 }
 
 struct Inner {
@@ -193,7 +192,7 @@ impl CuratorCache {
                 listeners: Mutex::new(Vec::new()),
                 wake: unbounded(),
             }),
-            worker: Mutex::new(None),
+            worker: Worker::default(),
         })
     }
 
@@ -208,7 +207,6 @@ impl CuratorCache {
     /// # Errors
     /// `IllegalState` if started before, or closed.
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
         {
             let mut state = self.inner.state.lock();
             if state.started || state.closed {
@@ -216,13 +214,13 @@ impl CuratorCache {
             }
             state.started = true;
         }
-        let (stop_tx, stop_rx) = bounded(0);
         let inner = self.inner.clone();
-        let handle = thread::Builder::new()
-            .name("zk-cache".into())
-            .spawn(move || inner.run(&stop_rx))
-            .map_err(|e| Error::IllegalState(format!("cannot start the cache's thread: {e}")))?;
-        *worker = Some((stop_tx, handle));
+        let closing = self.inner.clone();
+        self.worker.spawn(
+            "zk-cache",
+            || closing.state.lock().closed,
+            move |stop| inner.run(stop),
+        )?;
         Ok(())
     }
 
@@ -305,13 +303,7 @@ impl CuratorCache {
     pub fn close(&self) {
         self.inner.state.lock().closed = true;
         self.inner.changed.notify_all();
-        let taken = self.worker.lock().take();
-        if let Some((stop, handle)) = taken {
-            drop(stop);
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.worker.stop();
         let client = self
             .inner
             .core

@@ -2,9 +2,11 @@
 //! worker's share, a shared value): look, wait for what could change the answer, look again,
 //! until stopped. The recipe supplies the look; the waiting is the lock core's one wait.
 
+use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
 
 use super::core::{pause, LockCore, WatchGuard, Woke};
 use crate::{Error, Result, WatchEvent};
@@ -128,4 +130,44 @@ pub(crate) fn follow(
 pub(crate) fn connection_of(client: &crate::Client) -> Option<(crate::SessionId, u64)> {
     let connections = client.metrics().connections;
     client.session_id().map(|s| (s, connections))
+}
+
+/// A recipe's own thread, and the channel that stops it.
+#[derive(Default)]
+pub(crate) struct Worker(Mutex<Option<(Sender<()>, JoinHandle<()>)>>);
+
+impl Worker {
+    /// Starts `run` on a thread named `name`, with the channel that stops it; unless
+    /// `closed()` (asked under the same lock as [`stop`](Self::stop) takes, so that a close
+    /// that comes while this starts either stops the thread or keeps it from starting).
+    pub fn spawn(
+        &self,
+        name: &str,
+        closed: impl FnOnce() -> bool,
+        run: impl FnOnce(&Receiver<()>) + Send + 'static,
+    ) -> crate::Result<()> {
+        let mut slot = self.0.lock();
+        if closed() {
+            return Err(Error::Closed);
+        }
+        let (stop_tx, stop_rx) = bounded(0);
+        let handle = thread::Builder::new()
+            .name(name.into())
+            .spawn(move || run(&stop_rx))
+            .map_err(|e| Error::IllegalState(format!("cannot start {name}: {e}")))?;
+        *slot = Some((stop_tx, handle));
+        Ok(())
+    }
+
+    /// Stops the thread and waits for it to end (unless called on it). The thread is taken,
+    /// and the lock let go, before the join: the thread (a listener on it) may stop it too.
+    pub fn stop(&self) {
+        let taken = self.0.lock().take();
+        if let Some((stop, handle)) = taken {
+            drop(stop);
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
 }

@@ -2,15 +2,14 @@
 //! `PersistentNode` and `PersistentTtlNode`).
 
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::core::LockCore;
-use crate::lock::follow::{follow, AfterError, Looking, Rules};
+use crate::lock::follow::{follow, AfterError, Looking, Rules, Worker};
 use crate::lock::names::{ProtectedId, PROTECTED_PREFIX};
 use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId, WatchEvent};
 
@@ -95,7 +94,7 @@ type Listener = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
 /// ```
 pub struct PersistentNode {
     inner: Arc<Inner>,
-    worker: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    worker: Worker,
 }
 
 struct Inner {
@@ -164,7 +163,7 @@ impl PersistentNode {
                 nudge,
                 nudged: Mutex::new(Some(nudged)),
             }),
-            worker: Mutex::new(None),
+            worker: Worker::default(),
         })
     }
 
@@ -179,7 +178,6 @@ impl PersistentNode {
     /// # Errors
     /// `IllegalState` if started before, or closed.
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
         {
             let mut state = self.inner.state.lock();
             if state.started || state.closed {
@@ -194,13 +192,13 @@ impl PersistentNode {
                 "the persistent node was started already".into(),
             ));
         };
-        let (stop_tx, stop_rx) = bounded(0);
         let inner = self.inner.clone();
-        let handle = thread::Builder::new()
-            .name("zk-persistent-node".into())
-            .spawn(move || inner.run(&stop_rx, &nudged))
-            .map_err(|e| Error::IllegalState(format!("cannot start the node's thread: {e}")))?;
-        *worker = Some((stop_tx, handle));
+        let closing = self.inner.clone();
+        self.worker.spawn(
+            "zk-persistent-node",
+            || closing.state.lock().closed,
+            move |stop| inner.run(stop, &nudged),
+        )?;
         Ok(())
     }
 
@@ -294,12 +292,7 @@ impl PersistentNode {
                 .get_or_insert_with(|| Instant::now() + super::CLOSE_WAIT);
         }
         self.inner.changed.notify_all();
-        if let Some((stop, handle)) = self.worker.lock().take() {
-            drop(stop);
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.worker.stop();
     }
 }
 

@@ -2,15 +2,14 @@
 //! `SharedValue`), kept current by a thread of its own.
 
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::core::LockCore;
-use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules};
+use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules, Worker};
 use crate::{paths, Client, CreateMode, Error, LockOptions, Result, Stat, WatchEvent};
 
 /// The longest one look at the value takes (its calls together).
@@ -62,7 +61,7 @@ type Listener = Arc<dyn Fn(&VersionedValue<Vec<u8>>) + Send + Sync>;
 /// ```
 pub struct SharedValue {
     inner: Arc<Inner>,
-    worker: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    worker: Worker,
 }
 
 struct Inner {
@@ -126,7 +125,7 @@ impl SharedValue {
                 listeners: Mutex::new(Vec::new()),
                 wake: unbounded(),
             }),
-            worker: Mutex::new(None),
+            worker: Worker::default(),
         })
     }
 
@@ -154,7 +153,6 @@ impl SharedValue {
     /// connection problem included: the value is followed all the same, and read once the
     /// connection is back).
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
         {
             let mut state = self.inner.state.lock();
             if state.started || state.closed {
@@ -164,14 +162,13 @@ impl SharedValue {
             }
             state.started = true;
         }
-        let (stop_tx, stop_rx) = bounded(0);
         let inner = self.inner.clone();
-        let handle = thread::Builder::new()
-            .name("zk-shared-value".into())
-            .spawn(move || inner.run(&stop_rx))
-            .map_err(|e| Error::IllegalState(format!("cannot start the value's thread: {e}")))?;
-        *worker = Some((stop_tx, handle));
-        drop(worker);
+        let closing = self.inner.clone();
+        self.worker.spawn(
+            "zk-shared-value",
+            || closing.state.lock().closed,
+            move |stop| inner.run(stop),
+        )?;
         self.inner.make_if_missing()?;
         self.inner.read()?;
         Ok(())
@@ -276,15 +273,7 @@ impl SharedValue {
     pub fn close(&self) {
         self.inner.state.lock().closed = true;
         self.inner.changed.notify_all();
-        // Taken, and the lock let go, before the join: a listener (on the thread joined) may
-        // close the value too.
-        let taken = self.worker.lock().take();
-        if let Some((stop, handle)) = taken {
-            drop(stop);
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.worker.stop();
     }
 }
 
