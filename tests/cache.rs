@@ -254,3 +254,52 @@ fn a_single_node_cache_holds_the_node_alone() {
     writer.delete(&root).unwrap();
     assert!(wait_for(SOON, || (cache.size() == 0).then_some(())).is_some());
 }
+
+/// A node this client may not read is left out (as the server leaves its events out): the
+/// cache of the rest is built and current (review 38b, finding 4: the full read failed on it
+/// for ever).
+#[test]
+fn a_node_this_client_may_not_read_is_left_out() {
+    let s = server();
+    let root = root("cache-private");
+    let owner = zk_recipes::Client::builder(&s.connect_string())
+        .authorization("digest", b"owner:secret".to_vec())
+        .connect()
+        .unwrap();
+    owner.create(&root, b"", CreateMode::Persistent).unwrap();
+    owner
+        .create(&format!("{root}/public"), b"p", CreateMode::Persistent)
+        .unwrap();
+    owner
+        .create_with_acl(
+            &format!("{root}/private"),
+            b"s",
+            CreateMode::Persistent,
+            &zk_recipes::acl::creator_all(),
+        )
+        .unwrap();
+    let cache = CuratorCache::new(
+        &connect(&s.connect_string(), SOON),
+        &root,
+        CacheOptions::default(),
+    )
+    .unwrap();
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON), "never current");
+    assert!(cache.get(&format!("{root}/public")).is_some());
+    assert!(cache.get(&format!("{root}/private")).is_none());
+}
+
+/// A closed cache is not current (review 38b, finding 5).
+#[test]
+fn a_closed_cache_is_not_current() {
+    let s = server();
+    let root = root("cache-closed");
+    let c = connect(&s.connect_string(), SOON);
+    c.create(&root, b"", CreateMode::Persistent).unwrap();
+    let cache = CuratorCache::new(&c, &root, CacheOptions::default()).unwrap();
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON));
+    cache.close();
+    assert!(!cache.is_current());
+}

@@ -13,11 +13,12 @@ use crate::lock::core::LockCore;
 use crate::lock::follow::{connection_of, follow, AfterError, Looking, Rules, Worker};
 use crate::{
     paths, AddWatchMode, Client, Error, LockOptions, Op, OpResult, Result, SessionId, Stat,
-    WatchEvent, WatchKind,
+    WatchEvent, WatchKind, ZkCode,
 };
 
-/// The longest one look's calls take together (a rebuild of a large tree takes several).
-const LOOK_WAIT: Duration = Duration::from_secs(10);
+/// The longest one step takes: a pipeline of reads, or setting the watch (a full read of a
+/// large tree takes many steps, each with a deadline of its own).
+const STEP_WAIT: Duration = Duration::from_secs(10);
 /// Reads sent in one pipeline.
 const BATCH: usize = 1_000;
 
@@ -121,6 +122,10 @@ struct Entry {
 /// - It says when it is stale: [`is_current`](Self::is_current) is false while the
 ///   connection is down, and from a reconnection or a new session until the next full read
 ///   is done.
+///
+/// On ZooKeeper 3.6–3.8, do not set plain watches on the cached path from the same client:
+/// the server then turns the recursive watch into a one-shot one (ZOOKEEPER-4466, fixed in
+/// 3.9), and the cache stops hearing of changes below it.
 ///
 /// ```no_run
 /// # fn main() -> zk_recipes::Result<()> {
@@ -321,6 +326,12 @@ impl Drop for CuratorCache {
     }
 }
 
+/// A read's error that means the node is not there for this client: gone, or not its to
+/// read (the server leaves such a node's events out as well).
+fn unseen(e: &Error) -> bool {
+    e.is_no_node() || e.is_code(ZkCode::NoAuth)
+}
+
 impl Entry {
     fn node(&self, path: &str) -> CachedNode {
         CachedNode {
@@ -335,6 +346,10 @@ impl Inner {
     fn run(&self, stop: &Receiver<()>) {
         let after_error = |e: &Error| {
             debug!("{}: {e}", self.core.path);
+            if e.is_code(ZkCode::NoAuth) || e.is_code(ZkCode::InvalidAcl) {
+                warn!("the cache of {}: {e}", self.core.path);
+                return AfterError::Later;
+            }
             AfterError::Backoff
         };
         let rules = Rules {
@@ -354,7 +369,7 @@ impl Inner {
     /// One look: a full read if the last was on another connection (or none was), else a read
     /// of each node the events named.
     fn look(&self, looking: &mut Looking<'_, '_>) -> Result<Option<Instant>> {
-        let client = self.core.client.with_deadline(Instant::now() + LOOK_WAIT);
+        let client = self.client();
         let path = &self.core.path;
         for e in looking.take() {
             if matches!(
@@ -379,7 +394,7 @@ impl Inner {
             // (sent after it on this connection) see at least what it was set on.
             client.add_watch(path, mode, looking.tx)?;
             let dirty_before = std::mem::take(&mut self.state.lock().dirty);
-            if let Err(e) = self.rebuild(&client) {
+            if let Err(e) = self.rebuild() {
                 self.state.lock().dirty.extend(dirty_before);
                 return Err(e);
             }
@@ -395,10 +410,7 @@ impl Inner {
         let dirty: Vec<String> = std::mem::take(&mut self.state.lock().dirty)
             .into_iter()
             .collect();
-        if let Err(e) = self.reread(&client, &dirty) {
-            self.state.lock().dirty.extend(dirty);
-            return Err(e);
-        }
+        self.reread(&dirty)?;
         Ok(None)
     }
 
@@ -413,7 +425,7 @@ impl Inner {
 
     /// Reads the whole tree, level by level (each level's reads in pipelines), and makes the
     /// cache match it: nodes not found are gone.
-    fn rebuild(&self, client: &Client) -> Result<()> {
+    fn rebuild(&self) -> Result<()> {
         let mut found: HashSet<String> = HashSet::new();
         let mut level = vec![self.core.path.clone()];
         while !level.is_empty() {
@@ -426,7 +438,7 @@ impl Inner {
                         ops.push(Op::GetChildren { path: p.clone() });
                     }
                 }
-                let results = client.pipeline(&ops)?;
+                let results = self.client().pipeline(&ops)?;
                 let per = if self.options.single_node { 1 } else { 2 };
                 let mut events = Vec::new();
                 for (i, p) in chunk.iter().enumerate() {
@@ -436,12 +448,27 @@ impl Inner {
                             found.insert(p.clone());
                             self.apply(p, Some((bytes.clone(), *stat)), &mut events);
                         }
-                        Some(Err(e)) if e.is_no_node() => continue,
+                        // Gone, or not ours to read (the server leaves its events out too).
+                        Some(Err(e)) if unseen(e) => continue,
                         Some(Err(e)) => return Err(e.clone()),
                         _ => return Err(Error::Protocol(format!("no data in the answer for {p}"))),
                     }
-                    if let Some(Ok(OpResult::Children(names))) = results.get(i * per + 1) {
-                        next.extend(names.iter().map(|n| paths::join(p, n)));
+                    if self.options.single_node {
+                        continue;
+                    }
+                    match results.get(i * per + 1) {
+                        Some(Ok(OpResult::Children(names))) => {
+                            next.extend(names.iter().map(|n| paths::join(p, n)));
+                        }
+                        Some(Err(e)) if unseen(e) => {}
+                        // A listing that failed leaves the read unfinished: its subtree would
+                        // be taken for gone.
+                        Some(Err(e)) => return Err(e.clone()),
+                        _ => {
+                            return Err(Error::Protocol(format!(
+                                "no children in the answer for {p}"
+                            )))
+                        }
                     }
                 }
                 self.tell(&events);
@@ -466,28 +493,46 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads each of `dirty` again (in pipelines) and applies what it finds.
-    fn reread(&self, client: &Client, dirty: &[String]) -> Result<()> {
-        for chunk in dirty.chunks(BATCH) {
+    /// Reads each of `dirty` again (in pipelines, each with a deadline of its own) and
+    /// applies what it finds; on an error, what is not read yet stays to be read.
+    fn reread(&self, dirty: &[String]) -> Result<()> {
+        for (k, chunk) in dirty.chunks(BATCH).enumerate() {
             let ops: Vec<Op> = chunk
                 .iter()
                 .map(|p| Op::GetData { path: p.clone() })
                 .collect();
-            let results = client.pipeline(&ops)?;
+            let results = match self.client().pipeline(&ops) {
+                Ok(results) => results,
+                Err(e) => {
+                    let left = dirty.iter().skip(k * BATCH).cloned();
+                    self.state.lock().dirty.extend(left);
+                    return Err(e);
+                }
+            };
             let mut events = Vec::new();
             for (p, r) in chunk.iter().zip(results) {
                 match r {
                     Ok(OpResult::Data(bytes, stat)) => {
                         self.apply(p, Some((bytes, stat)), &mut events)
                     }
-                    Err(e) if e.is_no_node() => self.apply(p, None, &mut events),
-                    Err(e) => return Err(e),
+                    Err(e) if unseen(&e) => self.apply(p, None, &mut events),
+                    Err(e) => {
+                        self.tell(&events);
+                        let left = dirty.iter().skip(k * BATCH).cloned();
+                        self.state.lock().dirty.extend(left);
+                        return Err(e);
+                    }
                     Ok(_) => {}
                 }
             }
             self.tell(&events);
         }
         Ok(())
+    }
+
+    /// The client, its calls bounded by one step's deadline.
+    fn client(&self) -> Client {
+        self.core.client.with_deadline(Instant::now() + STEP_WAIT)
     }
 
     /// Applies a read of `path` (`None`: not there): a node's data is taken only if it changed
@@ -558,6 +603,9 @@ impl Inner {
 
     fn is_current_locked(&self, state: &State) -> bool {
         let client = &self.core.client;
-        client.is_connected() && state.built_on.is_some() && state.built_on == connection_of(client)
+        !state.closed
+            && client.is_connected()
+            && state.built_on.is_some()
+            && state.built_on == connection_of(client)
     }
 }
