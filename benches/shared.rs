@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 
 use common::driver::Driver;
 use common::figures::*;
+use common::wire::counter as wire;
 use common::*;
 use zk_recipes::atomic::DistributedAtomicLong;
-use zk_recipes::{Client, RetryPolicy};
+use zk_recipes::{Client, CreateMode, RetryPolicy};
 
 const ROOT: &str = "/bench/shared";
 
@@ -68,6 +69,11 @@ fn main() {
         }
     }
     for i in 0..if quick { 1 } else { 3 } {
+        let warm = format!("{ROOT}/warm-{i}-floor");
+        ours[0]
+            .create_with_parents(&warm, &0i64.to_be_bytes(), CreateMode::Persistent)
+            .expect("the floor's counter");
+        let _ = wire::increments(&connect, &warm, 8, Duration::from_millis(200));
         let _ = increments_ours(
             &ours[..1],
             &format!("{ROOT}/warm-{i}-1"),
@@ -83,17 +89,34 @@ fn main() {
     let blocks = if quick { 1 } else { 5 };
     let run_for = Duration::from_millis(if quick { 200 } else { 2000 });
     println!(
-        "\n{:<34}{:>12}{:>12}{:>10}{:>14} {:>14}",
-        "counter increments (made/s)", "ours", "Curator", "ours÷", "ours CPU µs", "Curator CPU µs"
+        "\n{:<34}{:>12}{:>12}{:>10}{:>14} {:>14}{:>10}{:>10}",
+        "counter increments (made/s)",
+        "ours",
+        "Curator",
+        "ours÷",
+        "ours CPU µs",
+        "Curator CPU µs",
+        "floor",
+        "÷floor"
     );
     for n in sizes {
-        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        let (mut mine, mut theirs, mut floor) = (Vec::new(), Vec::new(), Vec::new());
         for b in 0..blocks {
-            let ours_first = b % 2 == 0;
-            for turn in 0..2 {
+            for turn in 0..3 {
                 let path = format!("{ROOT}/n{n}-b{b}-t{turn}");
-                if (turn == 0) == ours_first {
+                // The order rotates from block to block: ours, Curator, the floor.
+                let who = (turn + b) % 3;
+                if who == 0 {
                     mine.push(increments_ours(&ours[..n], &path, run_for));
+                } else if who == 2 {
+                    ours[0]
+                        .create_with_parents(&path, &0i64.to_be_bytes(), CreateMode::Persistent)
+                        .expect("the floor's counter");
+                    let r = wire::increments(&connect, &path, n, run_for);
+                    floor.push(Turn {
+                        per_sec: r.per_second,
+                        cpu_us: r.cpu_us_per_acq,
+                    });
                 } else if let Some(c) = curator.as_mut() {
                     let r = c.numbers(&format!("incr {path} {n} {}", run_for.as_millis()));
                     theirs.push(Turn {
@@ -103,20 +126,31 @@ fn main() {
                 }
             }
         }
-        let (o, t) = (median_turn(&mine), median_turn(&theirs));
+        let (o, t, fl) = (
+            median_turn(&mine),
+            median_turn(&theirs),
+            median_turn(&floor),
+        );
         let ratio = if t.per_sec > 0.0 {
             o.per_sec / t.per_sec
         } else {
             f64::NAN
         };
+        let over_floor = if fl.per_sec > 0.0 {
+            o.per_sec / fl.per_sec
+        } else {
+            f64::NAN
+        };
         println!(
-            "{:<34}{:>12.0}{:>12.0}{:>10.2}{:>14.1} {:>14.1}",
+            "{:<34}{:>12.0}{:>12.0}{:>10.2}{:>14.1} {:>14.1}{:>10.0}{:>10.2}",
             format!("{n} contending session(s)"),
             o.per_sec,
             t.per_sec,
             ratio,
             o.cpu_us,
-            t.cpu_us
+            t.cpu_us,
+            fl.per_sec,
+            over_floor
         );
         json(
             "shared",
@@ -126,6 +160,8 @@ fn main() {
                 ("ours", f(o.per_sec)),
                 ("curator", f(t.per_sec)),
                 ("ours_over_curator", f(ratio)),
+                ("floor", f(fl.per_sec)),
+                ("ours_over_floor", f(over_floor)),
                 ("ours_cpu_us", f(o.cpu_us)),
                 ("curator_cpu_us", f(t.cpu_us)),
             ],

@@ -306,6 +306,8 @@ fn contended_increments_are_each_counted_once() {
 /// Listeners are called in the order of the values, never an older after a newer, also when a
 /// caller's own write and another process's race (review 38a, finding 1: a caller's thread
 /// called them with its own value after the value's thread had called them with a newer one).
+/// The race is forced, not timed: a listener called on the caller's thread is held until the
+/// newer value has been heard; one on the value's own thread goes on at once.
 #[test]
 fn a_callers_own_write_is_not_heard_after_a_newer_one() {
     let s = server();
@@ -313,36 +315,62 @@ fn a_callers_own_write_is_not_heard_after_a_newer_one() {
     let other = connect(&s.connect_string(), SOON);
     let v = SharedValue::new(&connect(&s.connect_string(), SOON), &path, b"seed").unwrap();
     let heard = Arc::new(Mutex::new(Vec::new()));
+    let (entered_tx, entered) = crossbeam_channel::unbounded::<()>();
+    let (release, released) = crossbeam_channel::unbounded::<()>();
     let h = heard.clone();
+    // Held only from our own write on (not while `start` shows the first read).
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arm = armed.clone();
     v.add_listener(move |value| {
-        // A listener slow on any thread but the value's own: where the race was.
-        if thread::current().name() != Some("zk-shared-value") {
-            thread::sleep(Duration::from_millis(300));
+        if arm.load(std::sync::atomic::Ordering::SeqCst)
+            && thread::current().name() != Some("zk-shared-value")
+        {
+            let _ = entered_tx.send(());
+            let _ = released.recv();
         }
         h.lock().unwrap().push(value.zxid);
     });
     v.start().unwrap();
     let seen = v.versioned_value();
-    let writer = {
-        let path = path.clone();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let caller = {
+        let v = Arc::new(v);
+        let mine = v.clone();
+        (v, thread::spawn(move || mine.try_set_value(&seen, b"mine")))
+    };
+    let (v, mine) = caller;
+    // Our write is made and (on the caller's thread, if listeners ran there) being told, or
+    // already returned: now a newer value comes.
+    let (done_tx, done) = crossbeam_channel::bounded::<()>(1);
+    let watcher = {
+        let v = v.clone();
         thread::spawn(move || {
-            // Lands while our own write's listeners are (or would be) running.
-            thread::sleep(Duration::from_millis(100));
-            other.set_data(&path, b"theirs", None).unwrap();
+            let _ = wait_for(SOON, || (v.versioned_value().version >= 1).then_some(()));
+            let _ = done_tx.send(());
         })
     };
-    assert!(v.try_set_value(&seen, b"mine").unwrap());
-    writer.join().unwrap();
-    assert!(
-        wait_for(SOON, || (v.value() == b"theirs").then_some(())).is_some(),
-        "never saw the other write"
-    );
-    let last = v.versioned_value().zxid;
+    crossbeam_channel::select! {
+        recv(entered) -> _ => {},
+        recv(done) -> _ => {},
+    }
+    watcher.join().unwrap();
+    other.set_data(&path, b"theirs", None).unwrap();
+    let theirs = wait_for(SOON, || {
+        let now = v.versioned_value();
+        (now.value == b"theirs").then_some(now.zxid)
+    })
+    .expect("never saw the other write");
+    // The newer value heard (on the value's thread), then the held listener let go.
+    let _ = wait_for(SOON, || {
+        heard.lock().unwrap().contains(&theirs).then_some(())
+    });
+    drop(release);
+    assert!(mine.join().unwrap().unwrap());
     let heard = wait_for(SOON, || {
         let heard = heard.lock().unwrap().clone();
-        (heard.last() == Some(&last)).then_some(heard)
+        (heard.len() >= 2).then_some(heard)
     })
-    .expect("the listeners never heard the last value");
+    .expect("the listeners never heard both values");
     for pair in heard.windows(2) {
         assert!(pair[0] < pair[1], "heard out of order: {heard:?}");
     }
