@@ -57,6 +57,7 @@ mod nemesis;
 #[allow(dead_code)]
 #[path = "../common/pki.rs"]
 mod pki;
+mod replicas;
 mod worker;
 
 /// The SASL user of a `--secure` run.
@@ -244,8 +245,9 @@ fn main() {
     assert!(!kinds.is_empty(), "--nemesis: no kind left to draw");
     let _ = env_logger::builder().is_test(true).try_init();
     checker::self_test();
+    replicas::self_test();
     println!("jepsen: the checker's rules each fired on records made to break them");
-    run(&Options {
+    let mut options = Options {
         seconds,
         seed,
         secure,
@@ -253,7 +255,27 @@ fn main() {
         kinds,
         namespaces,
         fast_clock,
-    });
+    };
+    // A run in which the server's replicas diverged proves nothing about the recipes either
+    // way: it is run again once, on a seed of its own.
+    match run(&options) {
+        Verdict::Checked => {}
+        Verdict::Void => {
+            options.seed = mono() ^ seed;
+            if let Verdict::Void = run(&options) {
+                panic!("ZooKeeper's replicas diverged in two runs in a row: no verdict");
+            }
+        }
+    }
+}
+
+/// What a run concluded about the recipes.
+enum Verdict {
+    /// Its checks ran (a failed one panics).
+    Checked,
+    /// ZooKeeper's replicas diverged (`replicas.rs`): its records are kept and said where, and
+    /// its checks are not asserted.
+    Void,
 }
 
 struct Options {
@@ -376,7 +398,7 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn run(o: &Options) {
+fn run(o: &Options) -> Verdict {
     let (seconds, seed, secure) = (o.seconds, o.seed, o.secure);
     println!(
         "jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed}){}",
@@ -592,6 +614,15 @@ fn run(o: &Options) {
     let stuck = not_held_since(&workers, healed);
     let ended = mono();
     exited.extend(workers.exited());
+    // Whether the server kept its own promise, compared with nothing writing: the workers
+    // stopped (`workers_end` lets them go on), for well under their sessions' timeout.
+    for w in workers.iter() {
+        signal(w.child.id(), "-STOP");
+    }
+    let diverged = replicas::diverged(&cluster, Duration::from_secs(1));
+    if diverged.is_some() {
+        dump_ensemble(&cluster, dir.path(), "diverged");
+    }
     let statuses = workers_end(&mut workers);
     let counted = final_count(&cluster, &security, "jepsen");
     let report = workers.check(&pauses, counted);
@@ -646,6 +677,14 @@ fn run(o: &Options) {
         println!("  {line}");
     }
     let replay = format!("replay with --seed {seed}");
+    if let Some(why) = diverged {
+        println!(
+            "jepsen: ZooKeeper's replicas diverged {why} (a server bug: see \
+             tests/jepsen/replicas.rs); the run's checks are void, its records kept in {}",
+            keep.copy("void")
+        );
+        return Verdict::Void;
+    }
     assert!(
         report.overlaps.is_empty(),
         "two vouched holds overlapped; {replay}"
@@ -699,6 +738,7 @@ fn run(o: &Options) {
     );
     drop(keep);
     drop(dir);
+    Verdict::Checked
 }
 
 /// While alive, a panic (a failed check) keeps the run's records and logs: copies them to a
@@ -726,12 +766,11 @@ fn dump_ensemble(cluster: &TestingCluster, dir: &Path, label: &str) {
 
 struct KeepOnFailure(PathBuf);
 
-impl Drop for KeepOnFailure {
-    fn drop(&mut self) {
-        if !thread::panicking() {
-            return;
-        }
-        let kept = self.0.with_extension("failed");
+impl KeepOnFailure {
+    /// Copies the run's records and logs to a directory beside them named with `ext`; says
+    /// where, or why not.
+    fn copy(&self, ext: &str) -> String {
+        let kept = self.0.with_extension(ext);
         let copied = std::fs::create_dir_all(&kept).and_then(|()| {
             for entry in std::fs::read_dir(&self.0)? {
                 let entry = entry?;
@@ -740,11 +779,19 @@ impl Drop for KeepOnFailure {
             Ok(())
         });
         match copied {
-            Ok(()) => println!(
+            Ok(()) => kept.display().to_string(),
+            Err(e) => format!("(nowhere: {e})"),
+        }
+    }
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            println!(
                 "the failed run's records and logs are in {}",
-                kept.display()
-            ),
-            Err(e) => println!("the failed run's records could not be kept: {e}"),
+                self.copy("failed")
+            );
         }
     }
 }
