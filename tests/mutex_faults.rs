@@ -679,3 +679,128 @@ fn a_waiter_whose_connection_came_back_before_it_waited_looks_at_the_line_again(
     );
     assert_eq!(sets.load(Ordering::SeqCst), 2);
 }
+
+/// A create whose answer was lost, and which a synced look did not find, can still land later:
+/// a follower whose link to the leader held it delivers it once the session is attached to that
+/// follower again (seen in a harness run, where such a node then blocked a semaphore's lock line
+/// for good). The retry must take a name of its own, and a node that turns up later under the
+/// lost create's name must go while the session lives. The landing is made here by the test on
+/// the client's own session, after the search came up empty.
+#[test]
+fn a_lost_create_not_found_is_retried_under_a_new_name_and_removed_if_it_lands_later() {
+    let f = Arc::new(faulty());
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/lands-late";
+    observer.ensure_path(path).unwrap();
+    let prefixes = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let (armed_tx, armed_rx) = mpsc::channel();
+    let options = {
+        let (f, prefixes) = (f.clone(), prefixes.clone());
+        LockOptions::new().testing_before_create(move |prefix| {
+            let mut seen = prefixes.lock();
+            seen.push(prefix.to_owned());
+            // The first create never reaches the server: its request is held, then the
+            // connection cut, so that no answer comes and the search finds nothing.
+            if seen.len() == 1 {
+                f.proxy.hold_requests();
+                armed_tx.send(()).unwrap();
+            }
+        })
+    };
+    let mutex = InterProcessMutex::with_options(&client, path, options).unwrap();
+    let session = client.session_id();
+    let cutter = {
+        let f = f.clone();
+        thread::spawn(move || {
+            armed_rx.recv_timeout(SOON).unwrap();
+            wait_for(SOON, || (f.proxy.held_requests() > 0).then_some(()))
+                .expect("the create never left the client");
+            f.proxy.cut();
+            f.proxy.heal();
+        })
+    };
+    let guard = mutex
+        .try_acquire_for(SOON)
+        .unwrap()
+        .expect("acquired after the loss");
+    cutter.join().unwrap();
+    let prefixes = prefixes.lock().clone();
+    assert_eq!(prefixes.len(), 2, "{prefixes:?}");
+    assert_ne!(
+        prefixes[0], prefixes[1],
+        "the retry went out under the lost create's name"
+    );
+    // The lost create lands now, on the same session.
+    let late = client
+        .create(
+            &prefixes[0],
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    assert!(
+        wait_children(&observer, path, SOON, |c| c.len() == 1),
+        "the late node stayed: {:?}",
+        children(&observer, path)
+    );
+    assert!(observer.exists(&late).unwrap().is_none());
+    assert!(guard.is_held(), "the retry's hold went with the late node");
+    assert_eq!(client.session_id(), session);
+}
+
+/// Returns once the client's janitor has handled every job handed to it so far: a watch event
+/// for a bounded channel reaches it through the janitor, after the jobs before it (an
+/// unbounded channel gets its events from the reader directly).
+fn janitor_caught_up(client: &Client, scratch: &str) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    assert!(client.exists_watch(scratch, &tx).unwrap().is_none());
+    client
+        .create(scratch, b"", zk_recipes::CreateMode::Ephemeral)
+        .unwrap();
+    rx.recv_timeout(SOON).expect("the scratch node's event");
+    client.delete(scratch).unwrap();
+}
+
+/// A search for a lost create stays armed for its session's life, not for one look: a node
+/// that turns up under its name after the look is removed, on a change to its parent soon
+/// after the create was given up on, and on the next reconnect long after.
+#[rstest::rstest]
+#[case::soon_after(Duration::ZERO, false)]
+#[case::long_after_on_a_reconnect(Duration::from_secs(61), true)]
+fn a_node_that_turns_up_under_a_lost_creates_name_after_the_search_looked_is_removed(
+    #[case] given_up_ago: Duration,
+    #[case] reconnect: bool,
+) {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = if reconnect {
+        "/turns-up-late"
+    } else {
+        "/turns-up-soon"
+    };
+    observer.ensure_path(path).unwrap();
+    let session = client.session_id();
+    client.testing_remove_marked_later(path, "0123-lost", given_up_ago);
+    // The janitor has looked, and found nothing: soon after the create was given up on, it
+    // watches the parent; long after, it does not.
+    janitor_caught_up(&client, &format!("{path}-scratch"));
+    assert_eq!(client.testing_watch_count(), usize::from(!reconnect));
+    let late = client
+        .create(
+            &format!("{path}/_c_0123-lost-lock-"),
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    if reconnect {
+        f.proxy.cut();
+        f.proxy.heal();
+    }
+    assert!(
+        wait_children(&observer, path, SOON, <[String]>::is_empty),
+        "{late} stayed"
+    );
+    assert_eq!(client.session_id(), session, "it went with its session");
+}

@@ -15,6 +15,8 @@ pub(crate) enum Job {
     Chore(Chore),
     /// The session (re)connected: pending chores of it can go now.
     Connected(SessionId),
+    /// Chores were made due by the event thread itself (a watched parent changed): try them.
+    Wake,
     /// The answer to a request nobody waited for any more (`None`: its connection died):
     /// finish its work.
     Answered {
@@ -29,11 +31,14 @@ pub(crate) enum Job {
 pub(crate) enum Chore {
     /// Delete this node while `session` lives.
     Delete { path: String, session: SessionId },
-    /// Delete every child of `parent` whose name contains `marker`.
+    /// Delete every child of `parent` whose name contains `marker`, now and whenever it shows
+    /// up later while `session` lives (a create whose answer was lost can land after a look
+    /// found nothing); `since`: when the create was given up on.
     DeleteMarked {
         parent: String,
         marker: String,
         session: SessionId,
+        since: std::time::Instant,
     },
     /// Set the watch on a held node once connected (it could not go out when the hold began).
     WatchHold { path: String, session: SessionId },

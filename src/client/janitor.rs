@@ -6,6 +6,16 @@
 //! still on the wire, hands it here. Work is tried when it arrives and again after every
 //! (re)connect of the session that owns the node; it is dropped once that session is gone,
 //! since the node went with it. Nothing here wakes on a timer.
+//!
+//! A create whose answer was lost is looked for, and its node deleted, for the rest of its
+//! session, not only once: a synced listing without it does not prove it will never land.
+//! ZooKeeper fences a request a follower forwarded late only by the identity of the member
+//! the session is attached to, and that identity can come back (the session moves to another
+//! member and, through a handshake the client abandoned, back to the first, whose held link
+//! to the leader then delivers the create; `recipes/mutex.md`, "A create that lands late").
+//! So such a search stays armed: looked at again after every reconnect of its session (a
+//! late landing makes the session's next write fail as moved, and the client reconnect), and,
+//! for [`LATE`] after the create was given up on, on every change to the parent's children.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,13 +37,57 @@ use crate::session_id::SessionId;
 /// Deadline of each request the janitor makes.
 const REQUEST: Duration = Duration::from_secs(5);
 
+/// How long after a create was given up on a change to its parent's children wakes a look for
+/// it. A forwarded request can reach the leader only while the link that carried it lives,
+/// and the leader closes a follower's link that delivers nothing for `syncLimit` ticks (10 s
+/// with ZooKeeper's sample configuration, 2 s ticks and a limit of 5): a minute covers that
+/// six times over. After it (or on a link that trickles), the look runs on reconnects only.
+pub(crate) const LATE: Duration = Duration::from_secs(60);
+
+/// At most this many searches for lost creates stay armed (each costs a look on every
+/// reconnect of its session, shared by the searches under one parent).
+const MAX_ARMED: usize = 1024;
+
+/// `DeleteMarked` chores grouped by parent, in the order each parent first came.
+fn by_parent(marked: Vec<Chore>) -> Vec<Vec<Chore>> {
+    let mut groups: Vec<Vec<Chore>> = Vec::new();
+    for chore in marked {
+        let parent = |c: &Chore| match c {
+            Chore::DeleteMarked { parent, .. } => Some(parent.clone()),
+            _ => None,
+        };
+        let key = parent(&chore);
+        match groups
+            .iter_mut()
+            .find(|g| g.first().map(parent) == Some(key.clone()))
+        {
+            Some(g) => g.push(chore),
+            None => groups.push(vec![chore]),
+        }
+    }
+    groups
+}
+
+/// What became of a chore tried once.
+enum Next {
+    /// Nothing is left to do.
+    Done,
+    /// Tried again on the next job.
+    Again(Chore),
+    /// Nothing to do now, but tried again on its session's next reconnect and, within
+    /// [`LATE`], on a change to the watched parent.
+    Armed(Chore),
+}
+
 pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
     let Inbox {
         jobs,
         holds,
         config,
+        marks,
     } = inbox;
     let mut todo: Vec<Chore> = Vec::new();
+    let mut armed: Vec<Chore> = Vec::new();
     let mut waiting = Backlog::default();
     // The session whose ensemble configuration is read and watched (a resumed session keeps
     // its watch; a new one sets it again).
@@ -44,6 +98,7 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             sel.recv(&jobs);
             sel.recv(&holds);
             sel.recv(&config);
+            sel.recv(&marks);
             // A full channel never stalls this thread: its events wait here, in order, and
             // go as soon as it has room, while everything else goes on.
             let heads = waiting.heads();
@@ -69,8 +124,20 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                     }
                     _ => continue,
                 },
+                // A parent of a lost create changed: its searches look again.
+                3 => match op.recv(&marks) {
+                    Ok(e) if !matches!(e.kind, WatchKind::SessionLost | WatchKind::Closed) => {
+                        let (parent, rest) = armed.into_iter().partition(
+                            |c| matches!(c, Chore::DeleteMarked { parent, .. } if *parent == e.path),
+                        );
+                        armed = rest;
+                        todo.extend::<Vec<Chore>>(parent);
+                        Ok(Job::Wake)
+                    }
+                    _ => continue,
+                },
                 i => {
-                    if let Some((tx, event)) = heads.get(i - 3) {
+                    if let Some((tx, event)) = heads.get(i - 4) {
                         let sent = op.send(tx, event.clone()).is_ok();
                         waiting.sent(tx, sent);
                     }
@@ -88,7 +155,9 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                 continue;
             }
             Ok(Job::Chore(chore)) => todo.push(chore),
+            Ok(Job::Wake) => {}
             Ok(Job::Connected(session)) => {
+                todo.append(&mut armed);
                 todo.retain(|c| c.session() == session);
                 // Following the ensemble: its configuration is read (and watched) on every
                 // new session; a resumed one keeps its watch.
@@ -107,10 +176,30 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
         if core.phase() == Phase::Connected {
             let current = core.session_id();
             let client = Client::background(core.clone(), Instant::now() + REQUEST);
-            todo = todo
+            // Searches for lost creates: one listing per parent.
+            let (marked, rest): (Vec<Chore>, Vec<Chore>) = std::mem::take(&mut todo)
                 .into_iter()
-                .filter_map(|c| attempt(&client, c, current))
+                .partition(|c| matches!(c, Chore::DeleteMarked { .. }));
+            let mut nexts: Vec<Next> = rest
+                .into_iter()
+                .map(|c| attempt(&client, c, current))
                 .collect();
+            for group in by_parent(marked) {
+                nexts.extend(look_for_marked(&client, group, current));
+            }
+            for next in nexts {
+                match next {
+                    Next::Done => {}
+                    Next::Again(c) => todo.push(c),
+                    Next::Armed(c) => armed.push(c),
+                }
+            }
+            if armed.len() > MAX_ARMED {
+                // The oldest first: a create given up on long ago is the least likely to land.
+                let over = armed.len() - MAX_ARMED;
+                warn!("janitor: {over} searches for lost creates dropped (more than {MAX_ARMED} armed)");
+                armed.drain(..over);
+            }
         }
     }
 }
@@ -189,13 +278,17 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
                     parent,
                     marker,
                     session,
+                    since: Instant::now(),
                 },
             }
         }
-        (Then::Created { parent, marker }, _) => Chore::DeleteMarked {
+        // The server refused the create: nothing landed, nor ever will.
+        (Then::Created { .. }, Some(_)) => return None,
+        (Then::Created { parent, marker }, None) => Chore::DeleteMarked {
             parent,
             marker,
             session,
+            since: Instant::now(),
         },
         // Deleted, or already gone (NoNode): nothing left to do.
         (Then::Deleted { .. }, Some(r)) if r.header.err == 0 || r.header.err == -101 => {
@@ -206,11 +299,11 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
     Some(chore)
 }
 
-/// Tries one chore; returns it if it must be tried again.
-fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<Chore> {
+/// Tries one chore.
+fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
     if current != Some(chore.session()) {
         debug!("janitor: dropping work of a session that is gone");
-        return None;
+        return Next::Done;
     }
     match chore {
         Chore::FollowEnsemble { session } => {
@@ -223,7 +316,7 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
                             "the ensemble's configuration leaves out some members' client \
                              addresses: not following it"
                         );
-                        return None;
+                        return Next::Done;
                     };
                     let known = client.core().host_list();
                     let same =
@@ -236,67 +329,118 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Option<
                         );
                         client.core().update_hosts(hosts);
                     }
-                    None
+                    Next::Done
                 }
-                Err(e) if again(&e) => Some(Chore::FollowEnsemble { session }),
+                Err(e) if again(&e) => Next::Again(Chore::FollowEnsemble { session }),
                 Err(e) => {
                     warn!("janitor: cannot read the ensemble's configuration: {e}");
-                    None
+                    Next::Done
                 }
             }
         }
         Chore::Delete { path, session } => match client.delete(&path) {
             Ok(()) => {
                 debug!("janitor: deleted {path}");
-                None
+                Next::Done
             }
-            Err(e) if again(&e) => Some(Chore::Delete { path, session }),
+            Err(e) if again(&e) => Next::Again(Chore::Delete { path, session }),
             Err(e) => {
                 warn!("janitor: cannot delete {path}: {e}; giving up on it");
-                None
+                Next::Done
             }
         },
-        Chore::DeleteMarked {
-            parent,
-            marker,
-            session,
-        } => {
-            // The member we talk to may not have applied the create yet (it landed through
-            // another, or our answer was lost): a listing there would miss a node that shows
-            // up later and stays for the session's life. A `sync` first makes it catch up with
-            // everything the leader committed before, our create included: our requests reach
-            // the leader in order, and a create still on its way when the session moved to
-            // this member is refused there (session moved). Only a synced listing without the
-            // marker proves the create never landed.
-            let children = match client.sync(&parent).and_then(|()| client.children(&parent)) {
-                Ok(c) => c,
-                Err(e) if again(&e) => {
-                    return Some(Chore::DeleteMarked {
-                        parent,
-                        marker,
-                        session,
-                    })
-                }
-                Err(_) => return None,
-            };
-            let mut retry = false;
-            for child in children.into_iter().filter(|c| c.contains(&marker)) {
-                let path = crate::paths::join(&parent, &child);
-                retry |= attempt(client, Chore::Delete { path, session }, current).is_some();
-            }
-            retry.then_some(Chore::DeleteMarked {
-                parent,
-                marker,
-                session,
-            })
-        }
+        Chore::DeleteMarked { .. } => look_for_marked(client, vec![chore], current)
+            .pop()
+            .unwrap_or(Next::Done),
         Chore::WatchHold { path, session } => {
             if client.core().is_tracked_hold(&path) && !client.watch_hold_again(&path) {
-                return Some(Chore::WatchHold { path, session });
+                return Next::Again(Chore::WatchHold { path, session });
             }
-            None
+            Next::Done
         }
     }
+}
+
+/// Looks for the nodes of lost creates under one parent (`chores`: `DeleteMarked` of it, as
+/// many as are due), with one listing: each found is deleted; a search that finds nothing
+/// stays armed. Returns what became of each.
+fn look_for_marked(client: &Client, chores: Vec<Chore>, current: Option<SessionId>) -> Vec<Next> {
+    let (mut live, gone): (Vec<Chore>, Vec<Chore>) = chores
+        .into_iter()
+        .partition(|c| current == Some(c.session()));
+    let mut out: Vec<Next> = gone.into_iter().map(|_| Next::Done).collect();
+    let Some(Chore::DeleteMarked { parent, .. }) = live.first() else {
+        return out;
+    };
+    let parent = parent.clone();
+    let watch = live
+        .iter()
+        .any(|c| matches!(c, Chore::DeleteMarked { since, .. } if since.elapsed() < LATE));
+    // The member we talk to may not have applied the create yet (it landed through another,
+    // or our answer was lost): a listing there would miss a node that shows up later. A
+    // `sync` first makes it catch up with everything the leader committed before, our create
+    // included if it was applied. A listing without the marker still does not prove the
+    // create will never land (see the module's notes): the search stays armed, and within
+    // `LATE` the listing watches the parent.
+    let listed = client.sync(&parent).and_then(|()| {
+        if watch {
+            client.children_watch(&parent, &client.core().marks_tx)
+        } else {
+            client.children(&parent)
+        }
+    });
+    let children = match listed {
+        Ok(c) => c,
+        Err(e) if again(&e) => {
+            out.extend(live.into_iter().map(Next::Again));
+            return out;
+        }
+        // No parent: a create under it fails, unless the parent is made again first.
+        Err(e) if e.is_no_node() => {
+            out.extend(live.into_iter().map(Next::Armed));
+            return out;
+        }
+        Err(e) => {
+            warn!("janitor: cannot look under {parent}: {e}; giving up on it");
+            out.extend(live.iter().map(|_| Next::Done));
+            return out;
+        }
+    };
+    for chore in live.drain(..) {
+        let Chore::DeleteMarked {
+            ref marker,
+            session,
+            ..
+        } = chore
+        else {
+            out.push(Next::Done);
+            continue;
+        };
+        let found: Vec<&String> = children
+            .iter()
+            .filter(|c| c.contains(marker.as_str()))
+            .collect();
+        if found.is_empty() {
+            out.push(Next::Armed(chore));
+            continue;
+        }
+        // The create landed (each marker goes out on one create): once its node is deleted,
+        // nothing is left to look for.
+        let mut retry = false;
+        for child in found {
+            let path = crate::paths::join(&parent, child);
+            retry |= matches!(
+                attempt(client, Chore::Delete { path, session }, current),
+                Next::Again(_)
+            );
+        }
+        out.push(if retry {
+            Next::Again(chore)
+        } else {
+            Next::Done
+        });
+    }
+    out
 }
 
 fn again(e: &Error) -> bool {

@@ -586,7 +586,21 @@ impl LockCore {
                         .and_then(|now| Ok((now, self.adopt(&marker, session, now, deadline)?)));
                     let now = match found {
                         Ok((_, Some(node))) => return Ok(node),
-                        Ok((now, None)) => now,
+                        Ok((now, None)) => {
+                            if now == session {
+                                // Not there by a synced look, yet it can still land later (a
+                                // follower's held link to the leader delivers it: the
+                                // janitor's notes). The janitor looks for it while the session
+                                // lives; the next create takes a name of its own, so that the
+                                // two never meet and each name goes out once.
+                                self.client.remove_marked_later(
+                                    &self.path,
+                                    marker.as_str(),
+                                    session,
+                                );
+                            }
+                            now
+                        }
                         Err(e) => {
                             // We give up without knowing whether the create landed: whatever it
                             // made is the janitor's to remove, under whichever session owns it.
@@ -598,10 +612,8 @@ impl LockCore {
                             return Err(e);
                         }
                     };
-                    if now != session {
-                        session = now;
-                        marker = ProtectedId::next(session);
-                    }
+                    session = now;
+                    marker = ProtectedId::next(session);
                 }
                 Err(e) if e.is_no_node() => {
                     // First use of this path: make it (and its parents), then try again. That

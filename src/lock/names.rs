@@ -7,6 +7,7 @@
 //! protected-name handling. The server appends the 10-digit sequence.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::SessionId;
 
@@ -18,10 +19,14 @@ pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 pub(crate) struct ProtectedId(String);
 
 impl ProtectedId {
-    /// A new id for an attempt under `session`.
+    /// A new id for an attempt under `session`: never one this process drew before, nor
+    /// (but by a one-in-2^47 chance) one another process that resumes the same session draws,
+    /// since the count starts at a random place in each process.
     pub fn next(session: SessionId) -> ProtectedId {
-        static ATTEMPTS: AtomicU64 = AtomicU64::new(1);
-        let counter = ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+        static START: OnceLock<u64> = OnceLock::new();
+        static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+        let start = *START.get_or_init(|| fastrand::u64(1..1 << 47));
+        let counter = start.wrapping_add(ATTEMPTS.fetch_add(1, Ordering::Relaxed));
         ProtectedId::from_parts(session, counter)
     }
 

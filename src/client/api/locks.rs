@@ -219,12 +219,31 @@ impl Client {
             .forget_watch(&self.full(path), self.core.hold_watch_tx());
     }
 
-    /// Hands the janitor the removal of every child of `parent` carrying `marker`.
+    /// Hands the janitor the removal of every child of `parent` carrying `marker`, now and
+    /// whenever one turns up while `session` lives.
     pub(crate) fn remove_marked_later(&self, parent: &str, marker: &str, session: SessionId) {
         self.core.job(Job::Chore(Chore::DeleteMarked {
             parent: parent.to_owned(),
             marker: marker.to_owned(),
             session,
+            since: Instant::now(),
+        }));
+    }
+
+    /// Test hook: hands the janitor the search for a create of the current session under
+    /// `parent` whose name carries `marker`, given up on `given_up_ago`.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_remove_marked_later(&self, parent: &str, marker: &str, given_up_ago: Duration) {
+        let Some(session) = self.session_id() else {
+            return;
+        };
+        let now = Instant::now();
+        self.core.job(Job::Chore(Chore::DeleteMarked {
+            parent: parent.to_owned(),
+            marker: marker.to_owned(),
+            session,
+            since: now.checked_sub(given_up_ago).unwrap_or(now),
         }));
     }
 

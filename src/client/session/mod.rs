@@ -189,6 +189,9 @@ pub(crate) struct Core {
     /// Where the watch on the ensemble's configuration reports, when the client follows it
     /// (the event thread listens).
     pub config_tx: Sender<WatchEvent>,
+    /// Where the janitor's watches on the parents of creates whose answers were lost report
+    /// (the event thread listens): a create can land after a look found nothing.
+    pub marks_tx: Sender<WatchEvent>,
 }
 
 /// What the client's second thread listens to.
@@ -198,6 +201,8 @@ pub(crate) struct Inbox {
     pub holds: Receiver<WatchEvent>,
     /// Events of the watch on the ensemble's configuration.
     pub config: Receiver<WatchEvent>,
+    /// Events of the watches on the parents of lost creates.
+    pub marks: Receiver<WatchEvent>,
 }
 
 impl Core {
@@ -216,6 +221,7 @@ impl Core {
         let (jobs, jobs_rx) = unbounded();
         let (hold_tx, hold_rx) = unbounded();
         let (config_tx, config_rx) = unbounded();
+        let (marks_tx, marks_rx) = unbounded();
         let (stop, stopped) = unbounded();
         let core = Arc::new(Core {
             config,
@@ -259,6 +265,7 @@ impl Core {
             holds: Mutex::new(HashMap::new()),
             hold_tx,
             config_tx,
+            marks_tx,
         });
         let c = core.clone();
         match thread::Builder::new()
@@ -277,6 +284,7 @@ impl Core {
                 jobs: jobs_rx,
                 holds: hold_rx,
                 config: config_rx,
+                marks: marks_rx,
             },
         ))
     }
