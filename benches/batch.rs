@@ -86,13 +86,7 @@ fn main() {
     println!("server warmed: {warm}");
     // 2. Curator, warmed until its own JIT is quiet.
     if let Some(c) = curator.as_mut() {
-        let most_secs = if quick { 3 } else { 120 };
-        let warm = c.ask(&format!("warm {ROOT}/curator-warm {most_secs}"));
-        println!("Curator warmed: {warm}");
-        if !warm.ends_with("quiet") {
-            println!("Curator's JIT was not quiet yet: this run's ratios are a smoke test only");
-            json("batch", &[("curator_jit_quiet", "false".into())]);
-        }
+        c.warm_jit("batch", &format!("{ROOT}/curator-warm"), quick);
     }
     // 3. Ours, the floor and kazoo: the same loops, untimed.
     for i in 0..if quick { 1 } else { 3 } {

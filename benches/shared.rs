@@ -48,25 +48,12 @@ fn main() {
     let most = 32;
     let ours = clients(&connect, most);
     ours[0].ensure_path(ROOT).expect("path");
-    let mut curator = match Driver::curator("CuratorSharedBench", &connect, most) {
-        Ok(d) => Some(d),
-        Err(why) => {
-            json("shared", &[("curator_skipped", s(&why))]);
-            println!("Curator skipped: {why}");
-            None
-        }
-    };
+    let mut curator = Driver::curator_or_skip("shared", "CuratorSharedBench", &connect, most);
 
     let warm = warm_server(&server, &ours[..8], quick);
     println!("server warmed: {warm}");
     if let Some(c) = curator.as_mut() {
-        let most_secs = if quick { 3 } else { 120 };
-        let warm = c.ask(&format!("warm {ROOT}/curator-warm {most_secs}"));
-        println!("Curator warmed: {warm}");
-        if !warm.ends_with("quiet") {
-            println!("Curator's JIT was not quiet yet: this run's ratios are a smoke test only");
-            json("shared", &[("curator_jit_quiet", "false".into())]);
-        }
+        c.warm_jit("shared", &format!("{ROOT}/curator-warm"), quick);
     }
     for i in 0..if quick { 1 } else { 3 } {
         let warm = format!("{ROOT}/warm-{i}-floor");

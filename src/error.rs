@@ -251,6 +251,18 @@ impl Error {
         }
     }
 
+    /// A write's error, as the caller must take it: one that may have been applied (its
+    /// answer lost: the connection broke, the deadline passed or the session ended first) is
+    /// [`Error::OutcomeUnknown`] for `path`.
+    pub(crate) fn unknown_if_lost(self, path: &str) -> Error {
+        match self {
+            Error::ConnectionLoss | Error::Timeout { .. } | Error::SessionLost { .. } => {
+                Error::OutcomeUnknown { path: path.into() }
+            }
+            e => e,
+        }
+    }
+
     pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> Error {
         Error::Timeout {
             what: what.into(),

@@ -41,6 +41,7 @@ pub mod lock;
 pub mod nodes;
 pub mod partition;
 pub mod paths;
+pub mod queue;
 pub mod retry;
 mod session_id;
 pub mod shared;

@@ -299,3 +299,33 @@ fn a_server_whose_clock_runs_fast_expires_a_silent_session_early() {
     );
     proxy.heal();
 }
+
+/// Every planted bug still applies to today's tree (`git apply --check`): a plant whose code
+/// moved stops being a test of the harness without anyone noticing (two had, until this test).
+#[test]
+fn every_planted_bug_still_applies_to_the_tree() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = std::path::Path::new(root).join("tests/jepsen/plants");
+    let mut plants: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "patch"))
+        .collect();
+    plants.sort();
+    assert!(plants.len() >= 10, "plants missing from {}", dir.display());
+    let stale: Vec<String> = plants
+        .iter()
+        .filter(|p| {
+            let checked = Command::new("git")
+                .args(["apply", "--check", "--unsafe-paths"])
+                .arg(p)
+                .current_dir(root)
+                .stderr(Stdio::null())
+                .status()
+                .expect("git, which tests/jepsen/plants.sh needs too");
+            !checked.success()
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(stale.is_empty(), "plants that no longer apply: {stale:?}");
+}

@@ -48,6 +48,8 @@ fn driver() -> Option<&'static PathBuf> {
             "CuratorBarrierDriver.java",
             "CuratorGroupDriver.java",
             "CuratorCounterDriver.java",
+            "CuratorQueueDriver.java",
+            "CuratorTreeDriver.java",
         ]
         .map(|f| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/").to_string() + f);
         let status = Command::new("javac")
@@ -734,4 +736,225 @@ fn curator_and_rust_raise_one_shared_count_by_compare_and_set() {
         (n == 2 * EACH as i32).then_some(n)
     });
     assert!(last.is_some(), "ours never showed the final count");
+}
+
+/// The items a consumer driver printed (`ITEM x` lines) until `n` came, in order.
+fn items_from(java: &mut Java, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| java.wait("ITEM ").trim_start_matches("ITEM ").to_owned())
+        .collect()
+}
+
+/// A Curator producer feeds our consumers: single puts and a `putMulti` (one node, two items),
+/// taken at least once and exactly once, first in first out, the multi's items together.
+#[test]
+fn curator_puts_and_rust_takes_from_one_queue() {
+    use zk_recipes::queue::DistributedQueue;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-queue-in");
+    let connect = server().connect_string();
+    let mut java = Java::run(
+        dir,
+        "CuratorQueueDriver",
+        &[&connect, &path, &format!("{path}-locks"), "producer"],
+    );
+    java.wait("READY");
+    java.say("put 20 c");
+    java.wait("PUT");
+    java.say("multi x,y");
+    java.wait("PUT");
+    let queue = DistributedQueue::new(&client(), &path).unwrap();
+    let mut got: Vec<Vec<String>> = Vec::new();
+    for k in 0.. {
+        let items = if k % 2 == 0 {
+            match queue.take_once(Duration::ZERO).unwrap() {
+                Some(item) => item.into_items(),
+                None => break,
+            }
+        } else {
+            match queue.take(Duration::ZERO).unwrap() {
+                Some(taken) => {
+                    let items = taken.items().to_vec();
+                    taken.done().unwrap();
+                    items
+                }
+                None => break,
+            }
+        };
+        got.push(
+            items
+                .iter()
+                .map(|i| String::from_utf8_lossy(i).into_owned())
+                .collect(),
+        );
+    }
+    let mut want: Vec<Vec<String>> = (0..20).map(|i| vec![format!("c-{i}")]).collect();
+    want.push(vec!["x".into(), "y".into()]);
+    assert_eq!(got, want);
+}
+
+/// Our producer feeds a Curator consumer (safe mode, same lock path): single puts and a
+/// batch, each item consumed once, the queue and its locks empty after.
+#[test]
+fn rust_puts_and_a_curator_consumer_takes_each_item_once() {
+    use zk_recipes::queue::DistributedQueue;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-queue-out");
+    let locks = format!("{path}-locks");
+    let connect = server().connect_string();
+    let ours = client();
+    let queue = DistributedQueue::new(&ours, &path).unwrap();
+    for i in 0..20 {
+        queue.put(format!("r-{i}").as_bytes()).unwrap();
+    }
+    let batch: Vec<Vec<u8>> = (20..30).map(|i| format!("r-{i}").into_bytes()).collect();
+    queue.put_all(&batch).unwrap();
+    queue.put_multi(&[b"m-0".as_slice(), b"m-1"]).unwrap();
+    let mut java = Java::run(
+        dir,
+        "CuratorQueueDriver",
+        &[&connect, &path, &locks, "consumer"],
+    );
+    java.wait("READY");
+    let got = items_from(&mut java, 32);
+    let mut want: Vec<String> = (0..30).map(|i| format!("r-{i}")).collect();
+    want.extend(["m-0".to_owned(), "m-1".to_owned()]);
+    assert_eq!(got, want, "out of order, lost or twice");
+    assert!(wait_children(&ours, &path, SOON, <[String]>::is_empty));
+    assert!(wait_children(&ours, &locks, SOON, <[String]>::is_empty));
+}
+
+/// A Curator safe-mode consumer and our exactly-once consumer drain one queue together: the
+/// locks keep them apart, so no item is consumed twice and none is lost.
+#[test]
+fn a_curator_consumer_and_ours_share_a_queue_and_no_item_is_taken_twice() {
+    use zk_recipes::queue::DistributedQueue;
+    let Some(dir) = driver() else { return };
+    let path = root("interop-queue-shared");
+    let locks = format!("{path}-locks");
+    let connect = server().connect_string();
+    let ours = client();
+    let queue = DistributedQueue::new(&ours, &path).unwrap();
+    const N: usize = 200;
+    let items: Vec<Vec<u8>> = (0..N).map(|i| format!("s-{i}").into_bytes()).collect();
+    for chunk in items.chunks(50) {
+        queue.put_all(chunk).unwrap();
+    }
+    let mut java = Java::run(
+        dir,
+        "CuratorQueueDriver",
+        &[&connect, &path, &locks, "consumer"],
+    );
+    java.wait("READY");
+    // Curator's consumer is under way (it has consumed one) before ours starts: both take.
+    let mut theirs: Vec<String> = items_from(&mut java, 1);
+    let mut taken: Vec<String> = Vec::new();
+    while let Some(item) = queue.take_once(Duration::from_millis(500)).unwrap() {
+        taken.extend(
+            item.items()
+                .iter()
+                .map(|i| String::from_utf8_lossy(i).into_owned()),
+        );
+    }
+    // Whatever we did not take, Curator did: once the queue is empty, Curator is stopped
+    // (its standard input closed) and everything it printed is read.
+    assert!(wait_children(&ours, &path, SOON, <[String]>::is_empty));
+    drop(java.stdin.take());
+    loop {
+        match java.lines.recv_timeout(SOON) {
+            Ok(line) => theirs.extend(line.strip_prefix("ITEM ").map(str::to_owned)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("the Curator consumer did not end"),
+        }
+    }
+    let mut all: Vec<String> = taken.iter().chain(&theirs).cloned().collect();
+    all.sort();
+    let count = all.len();
+    all.dedup();
+    assert_eq!(count, all.len(), "an item was taken twice");
+    assert_eq!(all.len(), N, "an item was lost");
+    assert!(
+        !taken.is_empty(),
+        "ours took nothing: the test shows no sharing"
+    );
+    assert!(
+        !theirs.is_empty(),
+        "Curator took nothing: the test shows no sharing"
+    );
+}
+
+/// Our `CuratorCache` of a tree Curator writes: built while Curator grows it, followed while
+/// Curator changes it (data set, leaves and whole branches deleted, nodes made again), it ends
+/// equal to the server's tree, and no node it showed ever went back.
+#[test]
+fn our_cache_of_a_tree_curator_writes_converges_and_never_goes_back() {
+    use std::collections::{BTreeMap, HashMap};
+    use zk_recipes::cache::{CacheEvent, CacheOptions, CuratorCache};
+    let Some(dir) = driver() else { return };
+    let root = root("interop-cache");
+    let ours = client();
+    ours.ensure_path(&root).unwrap();
+    let cache = CuratorCache::new(&ours, &root, CacheOptions::new()).unwrap();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let h = heard.clone();
+    cache.add_listener(move |e| h.lock().unwrap().push(e.clone()));
+    cache.start().unwrap();
+    let mut java = Java::run(
+        dir,
+        "CuratorTreeDriver",
+        &[&server().connect_string(), &root],
+    );
+    java.wait("READY");
+    java.say("grow 300");
+    java.wait("DONE");
+    java.say("churn 600 7");
+    java.wait("DONE");
+    let tree = |c: &Client| {
+        let mut out = BTreeMap::new();
+        let mut todo = vec![root.clone()];
+        while let Some(p) = todo.pop() {
+            let Ok((data, _)) = c.data(&p) else { continue };
+            out.insert(p.clone(), data);
+            for child in c.children(&p).unwrap_or_default() {
+                todo.push(format!("{p}/{child}"));
+            }
+        }
+        out
+    };
+    let cached = || -> BTreeMap<String, Vec<u8>> {
+        cache
+            .nodes()
+            .into_iter()
+            .map(|n| (n.path, n.data.map(|d| d.to_vec()).unwrap_or_default()))
+            .collect()
+    };
+    let want = tree(&ours);
+    assert!(
+        want.len() > 100,
+        "Curator's tree is too small to show much: {}",
+        want.len()
+    );
+    assert!(
+        wait_for(SOON, || (cache.is_current() && cached() == want)
+            .then_some(()))
+        .is_some(),
+        "the cache did not converge to the tree Curator wrote"
+    );
+    let mut last: HashMap<String, (i64, i64)> = HashMap::new();
+    for e in heard.lock().unwrap().iter() {
+        let (path, at, deleted) = match e {
+            CacheEvent::Created(n) => (&n.path, (n.stat.czxid, n.stat.mzxid), false),
+            CacheEvent::Changed { new, .. } => (&new.path, (new.stat.czxid, new.stat.mzxid), false),
+            CacheEvent::Deleted(n) => (&n.path, (n.stat.czxid, n.stat.mzxid), true),
+            _ => continue,
+        };
+        if let Some(before) = last.get(path) {
+            assert!(
+                at > *before || (deleted && at == *before),
+                "{path} went back: {before:?} then {at:?}"
+            );
+        }
+        last.insert(path.clone(), at);
+    }
+    cache.close();
 }

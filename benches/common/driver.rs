@@ -43,6 +43,37 @@ impl Driver {
         Ok(d)
     }
 
+    /// The Curator driver for the bench `bench`, or `None` (said, and recorded) if it cannot
+    /// run here.
+    pub fn curator_or_skip(
+        bench: &str,
+        class: &str,
+        connect: &str,
+        clients: usize,
+    ) -> Option<Driver> {
+        match Driver::curator(class, connect, clients) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                super::json(bench, &[("curator_skipped", super::s(&why))]);
+                println!("Curator skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// Warms a Curator driver (its `warm PATH MAXSECS`) until its JIT has been quiet for a
+    /// second, at most 120 s (3 s quick). A JIT still compiling makes every ratio of the run
+    /// worthless: said, and recorded for `bench`.
+    pub fn warm_jit(&mut self, bench: &str, path: &str, quick: bool) {
+        let most_secs = if quick { 3 } else { 120 };
+        let warm = self.ask(&format!("warm {path} {most_secs}"));
+        println!("Curator warmed: {warm}");
+        if !warm.ends_with("quiet") {
+            println!("Curator's JIT was not quiet yet: this run's ratios are a smoke test only");
+            super::json(bench, &[("curator_jit_quiet", "false".into())]);
+        }
+    }
+
     pub fn expect_ok(&mut self, command: &str) -> Result<(), String> {
         match self.ask(command).as_str() {
             "OK" => Ok(()),

@@ -22,6 +22,7 @@ use super::figures::{uncontended_figures, Figures};
 
 pub mod batch;
 pub mod counter;
+pub mod queue;
 use super::{pct, process_cpu, run_window};
 
 const CREATE: i32 = 1;

@@ -116,17 +116,6 @@ pub struct DistributedAtomicLong {
     promoted: Option<(PromotedToLock, InterProcessMutex)>,
 }
 
-/// A write's error, as the caller must take it: one that may have been applied (its answer
-/// lost) is [`Error::OutcomeUnknown`].
-pub(crate) fn unknown_if_lost(e: Error, path: &str) -> Error {
-    match e {
-        Error::ConnectionLoss | Error::Timeout { .. } | Error::SessionLost { .. } => {
-            Error::OutcomeUnknown { path: path.into() }
-        }
-        e => e,
-    }
-}
-
 /// The bytes of `value` as Curator keeps them.
 fn encode(value: i64) -> [u8; 8] {
     value.to_be_bytes()
@@ -384,7 +373,7 @@ impl DistributedAtomicLong {
             Err(e) if e.is_node_exists() || e.is_no_node() || e.is_code(ZkCode::BadVersion) => {
                 Ok(Try::Raced)
             }
-            Err(e) => Err(unknown_if_lost(e, &self.path)),
+            Err(e) => Err(e.unknown_if_lost(&self.path)),
         }
     }
 

@@ -4,5 +4,4 @@
 
 mod long;
 
-pub(crate) use self::long::unknown_if_lost;
 pub use self::long::{AtomicStats, AtomicValue, DistributedAtomicLong, PromotedToLock};

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::watching::Watching;
 use crate::lock::core::LockCore;
+use crate::lock::watching::Watching;
 use crate::lock::MIN_ATTEMPT;
 use crate::{Client, CreateMode, Error, LockOptions, Result};
 

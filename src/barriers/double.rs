@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::watching::Watching;
 use crate::lock::core::LockCore;
 use crate::lock::names::ProtectedId;
+use crate::lock::watching::Watching;
 use crate::lock::MIN_ATTEMPT;
 use crate::{paths, Client, CreateMode, Error, LockOptions, Result, SessionId, ZkCode};
 

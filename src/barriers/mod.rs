@@ -13,7 +13,6 @@
 
 mod barrier;
 mod double;
-mod watching;
 
 /// How long a barrier waits for the server to delete a member's node (or the `ready` node)
 /// once the caller's deadline has passed; what is not done by then the client finishes in the

@@ -295,11 +295,14 @@ impl Outbox {
     /// connection until `open_by`. `ConnectionLoss` if none opened in time, the write failed,
     /// or another writer held the lock past `deadline`. Without a deadline the lock is waited
     /// for as long as its writer holds it: a write ends within the connection's write timeout.
+    /// With `only_on`, only on a connection of that session: `SessionLost`, nothing sent, on
+    /// one of another.
     pub fn send<B: Batch>(
         &self,
         frames: B,
         open_by: Instant,
         deadline: Option<Instant>,
+        only_on: Option<SessionId>,
     ) -> Result<B::Tickets> {
         let mut w = loop {
             // Read before the look at the connection: an opening after it changes the count,
@@ -313,7 +316,14 @@ impl Outbox {
                 return Err(e.clone());
             }
             if w.stream.is_some() {
-                break w;
+                match only_on {
+                    Some(session) if w.session != session => {
+                        return Err(Error::SessionLost {
+                            session_id: session,
+                        })
+                    }
+                    _ => break w,
+                }
             }
             drop(w);
             let mut openings = self.openings.lock();

@@ -338,11 +338,13 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
                 }
             }
         }
-        Chore::Delete { path, session } => match client.delete(&path) {
+        Chore::Delete { path, session } => match client.only_on(session).delete(&path) {
             Ok(()) => {
                 debug!("janitor: deleted {path}");
                 Next::Done
             }
+            // Not sent: the session is gone, and its node with it.
+            Err(Error::SessionLost { .. }) => Next::Done,
             Err(e) if again(&e) => Next::Again(Chore::Delete { path, session }),
             Err(e) => {
                 warn!("janitor: cannot delete {path}: {e}; giving up on it");

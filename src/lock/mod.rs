@@ -30,6 +30,7 @@ pub(crate) mod names;
 mod revocation;
 mod rwlock;
 mod semaphore;
+pub(crate) mod watching;
 mod while_held;
 
 use std::sync::Arc;

@@ -265,7 +265,7 @@ impl SharedValue {
                 }
                 Ok(false)
             }
-            Err(e) => Err(crate::atomic::unknown_if_lost(e, path)),
+            Err(e) => Err(e.unknown_if_lost(path)),
         }
     }
 

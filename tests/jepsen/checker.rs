@@ -8,6 +8,7 @@ use zk_recipes::lock::MIN_ATTEMPT;
 
 use crate::counter::{self, COUNTER};
 use crate::membership::{self, BARRIER, GROUP};
+use crate::queue;
 use crate::{Worker, EPSILON};
 
 /// One hold: from the moment its acquire returned (`A`) to the end of the last piece of work
@@ -209,6 +210,12 @@ pub struct Report {
     pub increments: usize,
     pub unknown_increments: usize,
     pub counter: Vec<String>,
+    /// Queue items put and handed over (per queue), items handed over twice at least once,
+    /// and what breaks a queue's promise.
+    pub queued: usize,
+    pub dequeued: usize,
+    pub dequeued_twice: usize,
+    pub queue: Vec<String>,
 }
 
 impl Report {
@@ -223,6 +230,7 @@ impl Report {
             .chain(&self.barrier)
             .chain(&self.presence)
             .chain(&self.counter)
+            .chain(&self.queue)
             .chain(&self.lost)
     }
 }
@@ -248,6 +256,8 @@ pub fn progress_since(lock: &str, text: &str, since: u64) -> bool {
         membership::seen_since(&membership::parse_looks(text), since)
     } else if lock == COUNTER {
         counter::made_since(&counter::parse_increments(text), since)
+    } else if lock == queue::ONCE || lock == queue::LEAST {
+        queue::taken_since(&queue::parse(text), since)
     } else {
         parse(text).holds.iter().any(|h| h.last_piece > since)
     }
@@ -259,12 +269,25 @@ pub fn check(
     gates: &HashMap<&'static str, Vec<GateWrite>>,
     horizon: u64,
     counted: Option<i64>,
+    drained: Option<&HashMap<&'static str, Vec<String>>>,
 ) -> Report {
     let mut report = Report::default();
     let mut by_recipe: HashMap<&'static str, Vec<(usize, Hold)>> = HashMap::new();
     let mut barrier = Vec::new();
     let mut increments = Vec::new();
+    let mut queues: HashMap<&'static str, Vec<(usize, queue::Calls)>> = HashMap::new();
     for (i, w) in workers.iter().enumerate() {
+        if w.recipe == queue::ONCE || w.recipe == queue::LEAST {
+            let calls = queue::parse(&std::fs::read_to_string(&w.records).unwrap_or_default());
+            if calls.malformed > 0 {
+                report.lost.push(format!(
+                    "{}: worker {i} wrote {} records that do not parse",
+                    w.recipe, calls.malformed
+                ));
+            }
+            queues.entry(w.recipe).or_default().push((i, calls));
+            continue;
+        }
         if w.recipe == COUNTER {
             let incs =
                 counter::parse_increments(&std::fs::read_to_string(&w.records).unwrap_or_default());
@@ -391,6 +414,13 @@ pub fn check(
     }
     report.barrier_passes = membership::check_barrier(&barrier, horizon, &mut report.barrier);
     report.increments = counter::check_counter(&increments, counted, &mut report.counter);
+    for (recipe, calls) in queues {
+        let left = drained.map(|d| d.get(recipe).map_or(&[][..], Vec::as_slice));
+        let counts = queue::check(recipe, &calls, left, &mut report.queue);
+        report.queued += counts.put;
+        report.dequeued += counts.taken;
+        report.dequeued_twice += counts.twice;
+    }
     for (recipe, holds) in by_recipe {
         sweep(recipe, holds, &mut report);
     }
@@ -520,6 +550,7 @@ fn check_gate(recipe: &str, writes: &[GateWrite], report: &mut Report) {
 pub fn self_test() {
     membership::self_test();
     counter::self_test();
+    queue::self_test();
     let hold = |start: u64, end: u64, token: i64, exclusive: bool| Hold {
         start,
         end,

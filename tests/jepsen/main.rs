@@ -57,6 +57,7 @@ mod nemesis;
 #[allow(dead_code)]
 #[path = "../common/pki.rs"]
 mod pki;
+mod queue;
 mod replicas;
 mod worker;
 
@@ -74,7 +75,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 13] = [
+const RECIPES: [&str; 15] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -88,6 +89,8 @@ const RECIPES: [&str; 13] = [
     "double-barrier",
     "group",
     counter::COUNTER,
+    queue::ONCE,
+    queue::LEAST,
 ];
 /// The items the `partition` recipe's workers share, each checked as a lock of its own: its
 /// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
@@ -199,6 +202,10 @@ fn main() {
     let secure = args.iter().any(|a| a == "--secure")
         || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
     let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
+    // `--replicas-each-fault`: after every fault, the workers stopped and the members'
+    // replicas compared; the run stops at the first divergence, naming the faults before it
+    // (to find what makes ZooKeeper's replicas diverge; see `replicas.rs`).
+    let replicas_each_fault = args.iter().any(|a| a == "--replicas-each-fault");
     // `--fast-clock R`: the members' clocks run R times as fast as the machine's (clients'
     // do not), so the leader expires sessions early, by `(R - 1) / R` of their timeout.
     let fast_clock: Option<f64> = args.iter().position(|a| a == "--fast-clock").map(|i| {
@@ -252,21 +259,23 @@ fn main() {
         seed,
         secure,
         stop_at_first,
+        replicas_each_fault,
         kinds,
         namespaces,
         fast_clock,
     };
     // A run in which the server's replicas diverged proves nothing about the recipes either
-    // way: it is run again once, on a seed of its own.
-    match run(&options) {
-        Verdict::Checked => {}
-        Verdict::Void => {
+    // way: it is run again, on a seed of its own, up to twice (about three CI-length runs in
+    // ten diverged on Debian's 3.8.0: see `replicas.rs`).
+    for attempt in 0..3 {
+        if attempt > 0 {
             options.seed = mono() ^ seed;
-            if let Verdict::Void = run(&options) {
-                panic!("ZooKeeper's replicas diverged in two runs in a row: no verdict");
-            }
+        }
+        if let Verdict::Checked = run(&options) {
+            return;
         }
     }
+    panic!("ZooKeeper's replicas diverged in three runs in a row: no verdict");
 }
 
 /// What a run concluded about the recipes.
@@ -284,6 +293,8 @@ struct Options {
     secure: bool,
     /// Check after every fault and stop at the first violation (planted bugs).
     stop_at_first: bool,
+    /// Compare the replicas after every fault and stop at the first divergence.
+    replicas_each_fault: bool,
     /// How fast the members' clocks run, if not at the machine's rate.
     fast_clock: Option<f64>,
     kinds: Vec<&'static str>,
@@ -338,13 +349,19 @@ impl Workers {
     }
 
     /// The records checked as they are now, once the run is over: every record written.
-    fn check(&self, pauses: &[(usize, u64, u64)], counted: Option<i64>) -> Report {
+    fn check(
+        &self,
+        pauses: &[(usize, u64, u64)],
+        counted: Option<i64>,
+        drained: &HashMap<&'static str, Vec<String>>,
+    ) -> Report {
         check(
             &self.workers,
             pauses,
             &self.gate_writes(),
             u64::MAX,
             counted,
+            Some(drained),
         )
     }
 
@@ -353,7 +370,14 @@ impl Workers {
     /// session was lost, once it is back from a pause or a cut) may not be written yet.
     fn check_so_far(&self, pauses: &[(usize, u64, u64)]) -> Report {
         let horizon = mono().saturating_sub(UNWRITTEN.as_nanos() as u64);
-        check(&self.workers, pauses, &self.gate_writes(), horizon, None)
+        check(
+            &self.workers,
+            pauses,
+            &self.gate_writes(),
+            horizon,
+            None,
+            None,
+        )
     }
 
     /// Workers whose process ended before the coordinator ended it.
@@ -502,7 +526,7 @@ fn run(o: &Options) -> Verdict {
             pauses
         };
         workers_end(&mut liars);
-        let report = liars.check(&pauses, None);
+        let report = liars.check(&pauses, None, &HashMap::new());
         println!(
             "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
              their lease, over {} pauses past the session",
@@ -547,6 +571,7 @@ fn run(o: &Options) -> Verdict {
             .flat_map(|&k| std::iter::repeat_n(k, nemesis::weight(k)))
             .collect();
         let mut step = 0usize;
+        let mut faults_log: Vec<String> = Vec::new();
         while chaos_started.elapsed() < chaos_for {
             // Quiet between faults: the adversary's rhythm, not a synchronisation.
             thread::sleep(Duration::from_millis(rng.u64(200..800)));
@@ -557,7 +582,40 @@ fn run(o: &Options) -> Verdict {
                 draws[rng.usize(0..draws.len())]
             };
             step += 1;
+            let began = mono();
             nemesis.fault(&mut rng, kind);
+            // The faults' timeline, kept with the records.
+            faults_log.push(format!("F {began} {} {kind}", mono()));
+            let _ = std::fs::write(
+                dir.path().join("nemesis.records"),
+                faults_log.join("\n") + "\n",
+            );
+            if o.replicas_each_fault {
+                // Every worker stopped, as a pause of the nemesis's (the checker excuses what a
+                // pause excuses).
+                let stopped = mono();
+                for w in workers.iter() {
+                    signal(w.child.id(), "-STOP");
+                }
+                let diverged = replicas::diverged(&cluster, Duration::from_secs(1));
+                for w in workers.iter() {
+                    signal(w.child.id(), "-CONT");
+                }
+                let resumed = mono();
+                nemesis
+                    .pauses
+                    .lock()
+                    .extend((0..workers.len()).map(|w| (w, stopped, resumed)));
+                if let Some(why) = diverged {
+                    println!(
+                        "jepsen: the replicas diverged {why}, after fault {step}; the faults \
+                         before it, newest last:\n  {}",
+                        faults_log[faults_log.len().saturating_sub(6)..].join("\n  ")
+                    );
+                    dump_ensemble(&cluster, dir.path(), "diverged-early");
+                    break;
+                }
+            }
             if chaos_started.elapsed() >= next_checkpoint {
                 next_checkpoint += CHECKPOINT_EVERY;
                 nemesis.heal_all();
@@ -625,7 +683,8 @@ fn run(o: &Options) -> Verdict {
     }
     let statuses = workers_end(&mut workers);
     let counted = final_count(&cluster, &security, "jepsen");
-    let report = workers.check(&pauses, counted);
+    let drained = final_drain(&cluster, &security, "jepsen");
+    let report = workers.check(&pauses, counted, &drained);
     drop(workers);
     println!(
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
@@ -639,7 +698,8 @@ fn run(o: &Options) -> Verdict {
          turns missed {} of {} that came to paused waiters, \
          double-barrier passes {} ({} broke it), group looks {} ({} found a node gone \
          under a live session), counter increments made {} ({} of unknown outcome; final \
-         value {counted:?}; {} violations), \
+         value {counted:?}; {} violations), queue items put {} and handed over {} ({} twice, \
+         at least once; {} left at the end), \
          held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
@@ -666,6 +726,10 @@ fn run(o: &Options) -> Verdict {
         report.increments,
         report.unknown_increments,
         report.counter.len(),
+        report.queued,
+        report.dequeued,
+        report.dequeued_twice,
+        drained.values().map(Vec::len).sum::<usize>(),
     );
     for line in report
         .violations()
@@ -716,6 +780,10 @@ fn run(o: &Options) -> Verdict {
     assert!(
         report.counter.is_empty(),
         "the counter's history is not a counter's; {replay}"
+    );
+    assert!(
+        report.queue.is_empty(),
+        "a queue lost an item, made one up, or handed one over twice; {replay}"
     );
     assert!(report.lost.is_empty(), "records were lost; {replay}");
     assert!(
@@ -978,6 +1046,60 @@ fn tail(path: &Path) -> String {
 /// own, straight to the ensemble (a write whose answer a worker lost may still land after
 /// this read: it was counted as of unknown outcome, so the bounds hold either way).
 fn final_count(cluster: &TestingCluster, security: &[(&str, String)], tag: &str) -> Option<i64> {
+    let client = coordinator_client(cluster, security)?;
+    let path = format!("/{tag}/{}", counter::COUNTER);
+    client.sync(&path).ok()?;
+    zk_recipes::atomic::DistributedAtomicLong::new(&client, &path, zk_recipes::RetryPolicy::never())
+        .ok()?
+        .get()
+        .ok()
+        .map(|v| v.pre_value)
+}
+
+/// What is left in each queue once every worker has stopped, taken out exactly once by a
+/// client of the coordinator's own: items locked by a stopped worker's session come free when
+/// the session expires, so the drain goes on until the queue is empty (or nothing came for
+/// 30 s).
+fn final_drain(
+    cluster: &TestingCluster,
+    security: &[(&str, String)],
+    tag: &str,
+) -> HashMap<&'static str, Vec<String>> {
+    let client = coordinator_client(cluster, security);
+    let mut left: HashMap<&'static str, Vec<String>> = HashMap::new();
+    for recipe in [queue::ONCE, queue::LEAST] {
+        let items = left.entry(recipe).or_default();
+        let Some(client) = &client else { continue };
+        let path = format!("/{tag}/{recipe}");
+        let Ok(q) = zk_recipes::queue::DistributedQueue::new(client, &path) else {
+            continue;
+        };
+        // Until empty, or nothing taken for 30 s (items locked by a stopped worker's session
+        // come free within its timeout).
+        let mut until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            match q.take_once(Duration::from_secs(1)) {
+                Ok(Some(item)) => {
+                    items.extend(
+                        item.items()
+                            .iter()
+                            .map(|i| String::from_utf8_lossy(i).into_owned()),
+                    );
+                    until = Instant::now() + Duration::from_secs(30);
+                }
+                Ok(None) if q.items().is_ok_and(|i| i.is_empty()) => break,
+                _ => {}
+            }
+        }
+    }
+    left
+}
+
+/// A client of the coordinator's own, straight to the ensemble.
+fn coordinator_client(
+    cluster: &TestingCluster,
+    security: &[(&str, String)],
+) -> Option<zk_recipes::Client> {
     let mut builder = zk_recipes::Client::builder(&cluster.connect_string())
         .session_timeout(Duration::from_secs(10))
         .tick_time(TICK)
@@ -988,14 +1110,7 @@ fn final_count(cluster: &TestingCluster, security: &[(&str, String)], tag: &str)
             .tls(zk_recipes::TlsOptions::new(ca))
             .sasl_digest(user, password);
     }
-    let client = builder.connect().ok()?;
-    let path = format!("/{tag}/{}", counter::COUNTER);
-    client.sync(&path).ok()?;
-    zk_recipes::atomic::DistributedAtomicLong::new(&client, &path, zk_recipes::RetryPolicy::never())
-        .ok()?
-        .get()
-        .ok()
-        .map(|v| v.pre_value)
+    builder.connect().ok()
 }
 
 /// Stops every worker (their records are complete: each line was written at once); returns

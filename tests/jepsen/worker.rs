@@ -149,7 +149,14 @@ pub fn worker() -> ! {
         asking: Mutex::new(()),
         gated: !matches!(
             recipe.as_str(),
-            "semaphore-v2x2" | "partition" | "multi-lock" | "double-barrier" | "group" | "counter"
+            "semaphore-v2x2"
+                | "partition"
+                | "multi-lock"
+                | "double-barrier"
+                | "group"
+                | "counter"
+                | "queue-once"
+                | "queue-least"
         ),
     });
     let client = connect(&id, SESSION);
@@ -405,6 +412,8 @@ pub fn worker() -> ! {
         "double-barrier" => double_barrier(&ctx, &mut rng, &path),
         "group" => group_member(&ctx, &mut rng, &path, &id),
         "counter" => counter(&ctx, &mut rng, &path),
+        "queue-once" => queue(&ctx, &mut rng, &path, &id, true),
+        "queue-least" => queue(&ctx, &mut rng, &path, &id, false),
         other => panic!("unknown recipe {other}"),
     }
     std::process::exit(0)
@@ -621,6 +630,129 @@ fn counter(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str) -> ! {
         // that the counter's load on the 2-core ensemble stays a small share of the run's
         // (at 0–30 ms, three workers made 17 905 increments in one CI-length run).
         thread::sleep(Duration::from_millis(rng.u64(50..250)));
+    }
+}
+
+/// Puts and takes on one queue forever, each written down (`queue.rs` has the records and the
+/// rules): items of this worker's own, `w<id>-<n>`; each round puts one (a batch of two now and
+/// then) and takes one, exactly once (`once`) or at least once (then marked done after a
+/// stand-in for the work).
+fn queue(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str, id: &str, once: bool) -> ! {
+    use zk_recipes::queue::DistributedQueue;
+    let queue = DistributedQueue::new(&ctx.client, path).expect("recipe");
+    let mut n = 0u64;
+    let mut next = || {
+        n += 1;
+        format!("w{id}-{n}")
+    };
+    loop {
+        // Each call's requests end within two seconds (a deadline, not a per-call timeout).
+        let client = ctx.client.with_timeout(Duration::from_secs(2));
+        let q = DistributedQueue::new(&client, path).expect("recipe");
+        let items: Vec<String> = (0..if rng.u8(0..4) == 0 { 2 } else { 1 })
+            .map(|_| next())
+            .collect();
+        let from = mono();
+        let put = if items.len() == 1 {
+            q.put(items[0].as_bytes()).map(|node| vec![node])
+        } else {
+            q.put_all(&items.iter().map(String::as_bytes).collect::<Vec<_>>())
+        };
+        let to = mono();
+        match put {
+            Ok(nodes) => {
+                for (item, node) in items.iter().zip(nodes) {
+                    ctx.records.line(format!("P {from} {to} {item} {node}"));
+                }
+            }
+            Err(zk_recipes::Error::OutcomeUnknown { .. }) => {
+                for item in &items {
+                    ctx.records.line(format!("Q {from} {to} {item}"));
+                }
+            }
+            Err(_) => ctx.records.line(format!("N {from} {to}")),
+        }
+        // Up to three takes a round (the first waits a while, the others not), so that
+        // the workers take faster than they put and the queue stays short.
+        for k in 0..3 {
+            let patience = if k == 0 {
+                Duration::from_millis(rng.u64(100..1000))
+            } else {
+                Duration::ZERO
+            };
+            if !take_one(ctx, rng, &q, &queue, once, patience) {
+                break;
+            }
+        }
+        // A worker's pace, not a synchronisation: a few rounds a second.
+        thread::sleep(Duration::from_millis(rng.u64(50..250)));
+    }
+}
+
+/// One take, written down (`t`, then `T`, `K` or `Z`; at least once, `D` or `E` after the
+/// work): true if an item was handed over.
+fn take_one(
+    ctx: &Ctx,
+    rng: &mut fastrand::Rng,
+    q: &zk_recipes::queue::DistributedQueue,
+    queue: &zk_recipes::queue::DistributedQueue,
+    once: bool,
+    patience: Duration,
+) -> bool {
+    ctx.records.line(format!("t {}", mono()));
+    if once {
+        match q.take_once(patience) {
+            Ok(Some(item)) => {
+                ctx.records.line(format!(
+                    "T {} {} {}",
+                    mono(),
+                    String::from_utf8_lossy(&item.items()[0]),
+                    item.node()
+                ));
+                true
+            }
+            Err(zk_recipes::Error::OutcomeUnknown { path }) => {
+                ctx.records.line(format!("K {} {path}", mono()));
+                false
+            }
+            _ => {
+                ctx.records.line(format!("Z {}", mono()));
+                false
+            }
+        }
+    } else {
+        match queue.take(patience) {
+            Ok(Some(taken)) => {
+                ctx.records.line(format!(
+                    "T {} {} {}",
+                    mono(),
+                    String::from_utf8_lossy(&taken.items()[0]),
+                    taken.node()
+                ));
+                // The work, a stand-in (not a synchronisation): faults land inside it.
+                thread::sleep(Duration::from_millis(rng.u64(0..100)));
+                let node = taken.node().to_owned();
+                // One job in five fails and is let go: the item must come back.
+                if rng.u8(0..5) == 0 {
+                    taken.release();
+                    ctx.records.line(format!("R {} {node}", mono()));
+                    return true;
+                }
+                match taken.done() {
+                    Ok(()) => ctx.records.line(format!("D {} {node}", mono())),
+                    // Removed, or to be handed to another consumer: either is a delivery.
+                    Err(zk_recipes::Error::OutcomeUnknown { .. }) => {
+                        ctx.records.line(format!("U {} {node}", mono()))
+                    }
+                    Err(_) => ctx.records.line(format!("E {}", mono())),
+                }
+                true
+            }
+            _ => {
+                ctx.records.line(format!("Z {}", mono()));
+                false
+            }
+        }
     }
 }
 

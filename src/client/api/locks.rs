@@ -154,8 +154,11 @@ impl Client {
             path: &full,
             version: -1,
         };
-        let ticket = match self.send([req.outgoing()]) {
+        // Only on a connection of `session`: the node went with it otherwise, and a path a
+        // newer session made since (a queue's item lock) must not be deleted for it.
+        let ticket = match self.only_on(session).send([req.outgoing()]) {
             Ok([t]) => t,
+            Err(Error::SessionLost { .. }) => return,
             Err(_) => return self.core.job(chore()),
         };
         let answered = match self.deadline {

@@ -142,6 +142,9 @@ pub struct Client {
     /// `None` for the client's own background handle, which must never close the session.
     owner: Option<Arc<Owner>>,
     deadline: Option<Instant>,
+    /// Requests go out only on a connection of this session (otherwise `SessionLost`): for
+    /// writes that must not land under a newer session than the one they are about.
+    only_on: Option<SessionId>,
 }
 
 impl std::fmt::Debug for Client {
@@ -166,6 +169,7 @@ impl Client {
             owner: Some(Arc::new(Owner { core: core.clone() })),
             core,
             deadline: None,
+            only_on: None,
         }
     }
 
@@ -193,6 +197,7 @@ impl Client {
             core,
             owner: None,
             deadline: Some(deadline),
+            only_on: None,
         }
     }
 
@@ -203,6 +208,20 @@ impl Client {
             core: self.core.clone(),
             owner: self.owner.clone(),
             deadline: Some(deadline),
+            only_on: self.only_on,
+        }
+    }
+
+    /// A handle whose requests go out only on a connection of `session`: once the client is on
+    /// another session (or waits for a connection and gets one of a new session), they fail
+    /// with `SessionLost` unsent. For a write about a node of `session` whose name another
+    /// session could take (a queue's item lock), which must never land under the newer one.
+    pub(crate) fn only_on(&self, session: SessionId) -> Client {
+        Client {
+            core: self.core.clone(),
+            owner: self.owner.clone(),
+            deadline: self.deadline,
+            only_on: Some(session),
         }
     }
 
@@ -330,7 +349,11 @@ impl Client {
                 .requests
                 .fetch_add(count, Ordering::Relaxed);
         }
-        match self.core.outbox.send(frames, until, self.deadline) {
+        match self
+            .core
+            .outbox
+            .send(frames, until, self.deadline, self.only_on)
+        {
             Err(Error::ConnectionLoss) => Err(self.past_deadline(now, "a connection to ZooKeeper")),
             other => other,
         }

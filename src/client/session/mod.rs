@@ -768,7 +768,7 @@ impl Core {
                 heartbeat: false,
                 hold: false,
             };
-            if let Ok([t]) = self.outbox.send([close], until, Some(until)) {
+            if let Ok([t]) = self.outbox.send([close], until, Some(until), None) {
                 let _ = t.answer.wait(Some(until));
             }
         }

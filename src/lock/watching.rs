@@ -1,17 +1,18 @@
-//! The wait of a barrier: the lock core's one wait, under a barrier's rules.
+//! The wait of a recipe that waits on its caller's thread for a change it watches (a barrier to
+//! open, a queue to hold an item): the lock core's one wait, under those recipes' rules.
 
 use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use crate::lock::core::{LockCore, WatchGuard, Woke};
+use super::core::{LockCore, WatchGuard, Woke};
 use crate::{Error, Result, Subscription, WatchEvent};
 
-/// What a barrier's wait listens on: the client's state changes (subscribed before any look,
+/// What a waiting recipe listens on: the client's state changes (subscribed before any look,
 /// so no change slips past) and the channel its watches report into (made before any watch is
 /// set, so a watch that fires at once is not missed). Every watch set through it is taken
 /// back when it is dropped.
-pub(super) struct Watching<'a> {
+pub(crate) struct Watching<'a> {
     core: &'a LockCore,
     states: Subscription,
     wake_rx: Receiver<WatchEvent>,
@@ -44,8 +45,8 @@ impl<'a> Watching<'a> {
 
     /// Waits until a watch fires, the session comes back after a break or is replaced, or
     /// `deadline` passes: true unless the deadline passed. Neither a suspension nor a lost
-    /// session ends the wait with an error: the barrier's nodes are read again on whatever
-    /// session the client has then (a member's own node is the caller's to make again).
+    /// session ends the wait with an error: the recipe's nodes are read again on whatever
+    /// session the client has then (its own nodes are the caller's to make again).
     pub fn wait(&self, deadline: Instant) -> Result<bool> {
         loop {
             let client = &self.core.client;
