@@ -569,3 +569,41 @@ pub fn pipelined_locks(
     let (cycles, secs) = counted_at_end.unwrap_or((done.load(Ordering::Relaxed), began.elapsed()));
     cycles as f64 / secs.as_secs_f64()
 }
+
+/// `n` sessions, a thread each, run `op` again and again for `run_for`, counting the calls that
+/// return true: those per second, and the client's CPU per one.
+fn sessions_for(
+    addr: &str,
+    n: usize,
+    run_for: Duration,
+    op: impl Fn(&mut Wire) -> io::Result<bool> + Clone + Send + 'static,
+) -> Figures {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(n + 1));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let mut w = Wire::connect(addr).expect("the wire floor's session");
+            let (op, stop, count, start) = (op.clone(), stop.clone(), count.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    if op(&mut w).expect("a wire floor call") {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                w.close();
+            })
+        })
+        .collect();
+    let cpu = process_cpu();
+    let (counted, secs) = run_window(&start, &stop, &count, run_for, threads);
+    let cpu = process_cpu() - cpu;
+    let total = count.load(Ordering::Relaxed).max(1);
+    Figures {
+        per_second: counted as f64 / secs,
+        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / total as f64,
+        acquisitions: total as f64,
+        ..Default::default()
+    }
+}

@@ -281,7 +281,9 @@ impl<K: Kind> Queue<K> {
     /// Takes the first item due, at least once: locked for this consumer until
     /// [`Taken::done`], waiting at most `timeout` for one (`None` if none came). The look at
     /// the queue gets at least [`MIN_ATTEMPT`](crate::lock::MIN_ATTEMPT), so a zero timeout
-    /// still takes an item that is there.
+    /// still takes an item that is there. A take whose lock create's answer was lost goes on,
+    /// up to one session timeout more, to tell whether the lock was made (as
+    /// [`take_once`](Self::take_once) does).
     ///
     /// # Errors
     /// What a look meets that is not a connection problem the client rides out (`NoAuth`,
@@ -297,7 +299,9 @@ impl<K: Kind> Queue<K> {
     }
 
     /// Takes the first item due, exactly once: removed from the queue as it is handed over,
-    /// waiting at most `timeout` for one (`None` if none came).
+    /// waiting at most `timeout` for one (`None` if none came). One exception to the bound: a
+    /// take whose write's answer was lost goes on, up to one session timeout more, to tell
+    /// from its lock whether the write committed (an unknown outcome costs an item).
     ///
     /// # Errors
     /// [`Error::OutcomeUnknown`] if the removal's answer was lost and whether it committed

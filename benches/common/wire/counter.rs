@@ -3,13 +3,9 @@
 //! a race, in pre-encoded frames on a blocking socket.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::Duration;
 
 use super::super::figures::Figures;
-use super::super::{process_cpu, run_window};
 use super::{get_i32, put_i32, put_str, Wire, GET_DATA};
 
 const SET_DATA: i32 = 5;
@@ -51,33 +47,6 @@ impl Wire {
 /// `n` sessions, a thread each, increment the counter at `path` (which must exist) for
 /// `run_for`: increments made per second, client CPU per made one.
 pub fn increments(addr: &str, path: &str, n: usize, run_for: Duration) -> Figures {
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let start = Arc::new(Barrier::new(n + 1));
-    let threads: Vec<_> = (0..n)
-        .map(|_| {
-            let mut w = Wire::connect(addr).expect("the wire floor's session");
-            let (path, stop, count, start) =
-                (path.to_owned(), stop.clone(), count.clone(), start.clone());
-            thread::spawn(move || {
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    if w.increment(&path).expect("increment") {
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                w.close();
-            })
-        })
-        .collect();
-    let cpu = process_cpu();
-    let (counted, secs) = run_window(&start, &stop, &count, run_for, threads);
-    let cpu = process_cpu() - cpu;
-    let total = count.load(Ordering::Relaxed).max(1);
-    Figures {
-        per_second: counted as f64 / secs,
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / total as f64,
-        acquisitions: total as f64,
-        ..Default::default()
-    }
+    let path = path.to_owned();
+    super::sessions_for(addr, n, run_for, move |w| w.increment(&path))
 }

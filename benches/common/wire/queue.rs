@@ -3,13 +3,9 @@
 //! pre-encoded frames on a blocking socket.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::Duration;
 
 use super::super::figures::Figures;
-use super::super::{process_cpu, run_window};
 use super::{put_i32, put_str, Wire, CREATE};
 
 const PERSISTENT_SEQUENTIAL: i32 = 2;
@@ -39,37 +35,8 @@ impl Wire {
 /// `n` sessions, a thread each, put `item` into the queue `dir` (which must exist) for
 /// `run_for`: puts per second, client CPU per put.
 pub fn puts(addr: &str, dir: &str, item: &[u8], n: usize, run_for: Duration) -> Figures {
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let start = Arc::new(Barrier::new(n + 1));
-    let threads: Vec<_> = (0..n)
-        .map(|_| {
-            let mut w = Wire::connect(addr).expect("the wire floor's session");
-            let (dir, item, stop, count, start) = (
-                dir.to_owned(),
-                item.to_vec(),
-                stop.clone(),
-                count.clone(),
-                start.clone(),
-            );
-            thread::spawn(move || {
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    w.put_item(&dir, &item).expect("put");
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-                w.close();
-            })
-        })
-        .collect();
-    let cpu = process_cpu();
-    let (counted, secs) = run_window(&start, &stop, &count, run_for, threads);
-    let cpu = process_cpu() - cpu;
-    let total = count.load(Ordering::Relaxed).max(1);
-    Figures {
-        per_second: counted as f64 / secs,
-        cpu_us_per_acq: cpu.as_secs_f64() * 1e6 / total as f64,
-        acquisitions: total as f64,
-        ..Default::default()
-    }
+    let (dir, item) = (dir.to_owned(), item.to_vec());
+    super::sessions_for(addr, n, run_for, move |w| {
+        w.put_item(&dir, &item).map(|()| true)
+    })
 }
