@@ -113,16 +113,24 @@ fn the_first_read_holds_the_whole_tree() {
 /// the server's tree, and no node's state went back on the way.
 #[test]
 fn changes_are_followed_in_order_and_never_go_back() {
+    changes_are_followed_in_order_and_never_go_back_with(CacheOptions::new(), "");
+}
+
+/// The same, on one-shot watches.
+#[test]
+fn changes_are_followed_in_order_and_never_go_back_on_one_shot_watches() {
+    changes_are_followed_in_order_and_never_go_back_with(
+        CacheOptions::new().one_shot_watches(),
+        "-one-shot",
+    );
+}
+
+fn changes_are_followed_in_order_and_never_go_back_with(options: CacheOptions, tag: &str) {
     let s = server();
-    let root = root("cache-follow");
+    let root = root(&format!("cache-follow{tag}"));
     let writer = connect(&s.connect_string(), SOON);
     writer.create(&root, b"", CreateMode::Persistent).unwrap();
-    let cache = CuratorCache::new(
-        &connect(&s.connect_string(), SOON),
-        &root,
-        CacheOptions::default(),
-    )
-    .unwrap();
+    let cache = CuratorCache::new(&connect(&s.connect_string(), SOON), &root, options).unwrap();
     let heard = record(&cache);
     cache.start().unwrap();
     assert!(cache.wait_current(SOON));
@@ -153,8 +161,24 @@ fn changes_are_followed_in_order_and_never_go_back() {
 /// deleted, changed: no event replays it for a persistent watch) is there once it is back.
 #[test]
 fn after_a_reconnection_the_cache_reads_again_what_changed_meanwhile() {
+    after_a_reconnection_the_cache_reads_again_what_changed_meanwhile_with(CacheOptions::new(), "");
+}
+
+/// The same, on one-shot watches.
+#[test]
+fn after_a_reconnection_the_cache_reads_again_what_changed_meanwhile_on_one_shot_watches() {
+    after_a_reconnection_the_cache_reads_again_what_changed_meanwhile_with(
+        CacheOptions::new().one_shot_watches(),
+        "-one-shot",
+    );
+}
+
+fn after_a_reconnection_the_cache_reads_again_what_changed_meanwhile_with(
+    options: CacheOptions,
+    tag: &str,
+) {
     let f = faulty();
-    let root = "/cache-reconnect";
+    let root = &*format!("/cache-reconnect{tag}");
     let writer = connect(&f.server.connect_string(), SOON);
     writer.create(root, b"", CreateMode::Persistent).unwrap();
     for n in ["keep", "drop", "change"] {
@@ -163,7 +187,7 @@ fn after_a_reconnection_the_cache_reads_again_what_changed_meanwhile() {
             .unwrap();
     }
     let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
-    let cache = CuratorCache::new(&client, root, CacheOptions::default()).unwrap();
+    let cache = CuratorCache::new(&client, root, options).unwrap();
     let heard = record(&cache);
     cache.start().unwrap();
     assert!(cache.wait_current(SOON));
@@ -198,15 +222,28 @@ fn after_a_reconnection_the_cache_reads_again_what_changed_meanwhile() {
 /// converges; nodes gone meanwhile leave it.
 #[test]
 fn after_a_session_loss_the_cache_is_built_again() {
+    after_a_session_loss_the_cache_is_built_again_with(CacheOptions::new(), "");
+}
+
+/// The same, on one-shot watches.
+#[test]
+fn after_a_session_loss_the_cache_is_built_again_on_one_shot_watches() {
+    after_a_session_loss_the_cache_is_built_again_with(
+        CacheOptions::new().one_shot_watches(),
+        "-one-shot",
+    );
+}
+
+fn after_a_session_loss_the_cache_is_built_again_with(options: CacheOptions, tag: &str) {
     let f = faulty();
-    let root = "/cache-session";
+    let root = &*format!("/cache-session{tag}");
     let writer = connect(&f.server.connect_string(), SOON);
     writer.create(root, b"", CreateMode::Persistent).unwrap();
     writer
         .create(&format!("{root}/old"), b"", CreateMode::Persistent)
         .unwrap();
     let client = connect(&f.proxy.connect_string(), Duration::from_millis(1500));
-    let cache = CuratorCache::new(&client, root, CacheOptions::default()).unwrap();
+    let cache = CuratorCache::new(&client, root, options).unwrap();
     cache.start().unwrap();
     assert!(cache.wait_current(SOON));
     let sub = client.subscribe();
@@ -231,10 +268,23 @@ fn after_a_session_loss_the_cache_is_built_again() {
 /// A cache of one node holds that node only, and follows its creation, changes and deletion.
 #[test]
 fn a_single_node_cache_holds_the_node_alone() {
+    a_single_node_cache_holds_the_node_alone_with(CacheOptions::new(), "");
+}
+
+/// The same, on one-shot watches.
+#[test]
+fn a_single_node_cache_holds_the_node_alone_on_one_shot_watches() {
+    a_single_node_cache_holds_the_node_alone_with(
+        CacheOptions::new().one_shot_watches(),
+        "-one-shot",
+    );
+}
+
+fn a_single_node_cache_holds_the_node_alone_with(options: CacheOptions, tag: &str) {
     let s = server();
-    let root = root("cache-single");
+    let root = root(&format!("cache-single{tag}"));
     let writer = connect(&s.connect_string(), SOON);
-    let options = CacheOptions::new().single_node();
+    let options = options.single_node();
     let cache = CuratorCache::new(&connect(&s.connect_string(), SOON), &root, options).unwrap();
     cache.start().unwrap();
     assert!(cache.wait_current(SOON));
@@ -302,4 +352,194 @@ fn a_closed_cache_is_not_current() {
     assert!(cache.wait_current(SOON));
     cache.close();
     assert!(!cache.is_current());
+}
+
+/// Makes, changes and deletes nodes at every depth under `root` (a subtree made at once, a
+/// childless node deleted and made again with children, each while the cache's
+/// answers and events are held, so that it hears all of a step at once), then checks the
+/// cache matches the server and no node's state went back on the way.
+fn churn_deep(
+    cache: &CuratorCache,
+    heard: &Mutex<Vec<CacheEvent>>,
+    writer: &Client,
+    root: &str,
+    proxy: &zk_recipes::testing::FaultProxy,
+) {
+    let mk = |p: &str, d: &[u8]| {
+        writer
+            .create(&format!("{root}{p}"), d, CreateMode::Persistent)
+            .unwrap();
+    };
+    proxy.hold_replies();
+    mk("/a", b"a");
+    mk("/a/b", b"b");
+    mk("/a/b/c", b"c");
+    mk("/a/b/c/d", b"d");
+    writer
+        .set_data(&format!("{root}/a/b"), b"b2", None)
+        .unwrap();
+    proxy.heal();
+    assert!(converges(cache, writer, root), "a subtree made at once");
+    writer.delete(&format!("{root}/a/b/c/d")).unwrap();
+    writer.delete(&format!("{root}/a/b/c")).unwrap();
+    assert!(converges(cache, writer, root), "a subtree deleted");
+    // A childless node deleted and made again with a child, heard at once: its own
+    // deletion is all that says it may have children now.
+    proxy.hold_replies();
+    writer.delete(&format!("{root}/a/b")).unwrap();
+    mk("/a/b", b"again");
+    mk("/a/b/x", b"x");
+    proxy.heal();
+    assert!(
+        converges(cache, writer, root),
+        "a node made again, with other children"
+    );
+    mk("/a/b/x/y", b"y");
+    writer
+        .set_data(&format!("{root}/a/b/x/y"), b"y2", None)
+        .unwrap();
+    mk("/a/b/x/z", b"z");
+    assert!(
+        converges(cache, writer, root),
+        "changes below a node made again"
+    );
+    assert_never_back(&heard.lock().unwrap());
+}
+
+/// On one-shot watches, a subtree made at once, and a node deleted and made again with
+/// other children, are followed at every depth (each read leaves the watches its node needs;
+/// a deletion heard is a node to read and to list again, as it may be back with children).
+#[test]
+fn on_one_shot_watches_subtrees_made_and_made_again_are_followed() {
+    let f = faulty();
+    let root = "/cache-one-shot-deep";
+    let writer = connect(&f.server.connect_string(), SOON);
+    writer.create(root, b"", CreateMode::Persistent).unwrap();
+    let options = CacheOptions::new().one_shot_watches();
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(30));
+    let cache = CuratorCache::new(&client, root, options).unwrap();
+    let heard = record(&cache);
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON));
+    churn_deep(&cache, &heard, &writer, root, &f.proxy);
+    // The root itself deleted (with what is below it) and made again.
+    for p in ["/a/b/x/z", "/a/b/x/y", "/a/b/x", "/a/b", "/a", ""] {
+        writer.delete(&format!("{root}{p}")).unwrap();
+    }
+    assert!(wait_for(SOON, || (cache.size() == 0).then_some(())).is_some());
+    writer
+        .create(root, b"back", CreateMode::Persistent)
+        .unwrap();
+    writer
+        .create(&format!("{root}/n"), b"n", CreateMode::Persistent)
+        .unwrap();
+    assert!(converges(&cache, &writer, root), "the root made again");
+    assert_never_back(&heard.lock().unwrap());
+}
+
+/// A server without persistent watches: ZooKeeper 3.8 with the optimized watch manager, which
+/// answers `addWatch` with `MarshallingError` (its `addWatch(path, watcher, mode)` throws), as
+/// a server before 3.6 answers `Unimplemented`. The cache falls back to one-shot watches by
+/// itself, is built, and follows changes at every depth.
+#[test]
+fn on_a_server_without_persistent_watches_the_cache_falls_back_to_one_shot_ones() {
+    let mut options = server_options();
+    options.system_properties.push((
+        "zookeeper.watchManagerName".into(),
+        "org.apache.zookeeper.server.watch.WatchManagerOptimized".into(),
+    ));
+    let s = zk_recipes::testing::TestingServer::with_options(options).expect("start ZooKeeper");
+    let proxy = zk_recipes::testing::FaultProxy::start(s.addr()).expect("start proxy");
+    let root = "/cache-fallback";
+    let writer = connect(&s.connect_string(), SOON);
+    // The server is the one the test needs: it refuses persistent watches.
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let refused = writer.add_watch(root, zk_recipes::AddWatchMode::PersistentRecursive, &tx);
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.is_code(zk_recipes::ZkCode::MarshallingError)),
+        "this server should refuse persistent watches: {refused:?}"
+    );
+    writer.create(root, b"", CreateMode::Persistent).unwrap();
+    writer
+        .create(&format!("{root}/old"), b"o", CreateMode::Persistent)
+        .unwrap();
+    let client = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let cache = CuratorCache::new(&client, root, CacheOptions::new()).unwrap();
+    let heard = record(&cache);
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON), "never built");
+    assert!(converges(&cache, &writer, root));
+    churn_deep(&cache, &heard, &writer, root, &proxy);
+}
+
+/// A closed cache on one-shot watches leaves no watcher in its client's registry (the
+/// watches the server still holds fire into nothing).
+#[test]
+fn a_closed_cache_on_one_shot_watches_leaves_no_watcher_behind() {
+    let s = server();
+    let root = root("cache-one-shot-closed");
+    let c = connect(&s.connect_string(), SOON);
+    c.create(&root, b"", CreateMode::Persistent).unwrap();
+    for n in 0..5 {
+        c.create(&format!("{root}/n{n}"), b"", CreateMode::Persistent)
+            .unwrap();
+    }
+    let before = c.testing_watch_count();
+    let cache = CuratorCache::new(&c, &root, CacheOptions::new().one_shot_watches()).unwrap();
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON));
+    assert!(c.testing_watch_count() > before, "no one-shot watch set");
+    cache.close();
+    assert_eq!(c.testing_watch_count(), before);
+}
+
+/// On one-shot watches, a listing still to be made when a read in the same look fails (a
+/// read that timed out on a connection that stayed up: requests held by a proxy past the
+/// cache's step) is made later; lost, the parent's child watch (fired) would never be set
+/// again and the new child never seen (review 38e, finding 1).
+#[test]
+fn on_one_shot_watches_a_listing_due_when_a_read_times_out_is_made_later() {
+    let f = faulty();
+    let root = "/cache-one-shot-timeout";
+    let writer = connect(&f.server.connect_string(), SOON);
+    writer.create(root, b"", CreateMode::Persistent).unwrap();
+    writer
+        .create(&format!("{root}/x"), b"0", CreateMode::Persistent)
+        .unwrap();
+    // A session long enough that the held requests time the read out before the client
+    // gives the connection up (two thirds of the session).
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(40));
+    let cache = CuratorCache::new(&client, root, CacheOptions::new().one_shot_watches()).unwrap();
+    cache.start().unwrap();
+    assert!(cache.wait_current(SOON));
+    let held = f.proxy.held_requests();
+    f.proxy.hold_requests();
+    // One transaction: both events reach the cache together (one look).
+    writer
+        .multi(&[
+            zk_recipes::Op::Create {
+                path: format!("{root}/n"),
+                data: b"n".to_vec(),
+                mode: CreateMode::Persistent,
+            },
+            zk_recipes::Op::SetData {
+                path: format!("{root}/x"),
+                data: b"1".to_vec(),
+                version: None,
+            },
+        ])
+        .unwrap();
+    assert!(
+        wait_for(SOON, || (f.proxy.held_requests() > held).then_some(())).is_some(),
+        "the cache never read again"
+    );
+    // The fault's length: past the cache's step (10 s), short of the client's read timeout.
+    std::thread::sleep(Duration::from_secs(12));
+    f.proxy.heal();
+    assert!(
+        converges(&cache, &writer, root),
+        "the new child was never seen"
+    );
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::figures::{uncontended_figures, Figures};
 
 pub mod batch;
+pub mod cache;
 pub mod counter;
 pub mod queue;
 use super::{pct, process_cpu, run_window};

@@ -1,12 +1,13 @@
 //! A cache of a node and its subtree, kept current from a persistent recursive watch
 //! (Curator's `CuratorCache`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use log::{debug, warn};
+use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::core::LockCore;
@@ -31,6 +32,12 @@ pub struct CacheOptions {
     pub single_node: bool,
     /// Keep the nodes' stats but not their data (Curator's `dataNotCached`).
     pub without_data: bool,
+    /// Watch with the one-shot watches every read leaves (a data and a child watch per
+    /// node, as Curator's older `TreeCache`), not with one persistent watch. The cache falls
+    /// back to these by itself on a server that has no persistent watches (ZooKeeper before
+    /// 3.6 answers `addWatch` with `Unimplemented`; one whose watch manager lacks them, with
+    /// `MarshallingError`); this asks for them from the start.
+    pub one_shot_watches: bool,
 }
 
 impl CacheOptions {
@@ -48,6 +55,12 @@ impl CacheOptions {
     /// Stats without data (see [`without_data`](Self::without_data)).
     pub fn without_data(mut self) -> CacheOptions {
         self.without_data = true;
+        self
+    }
+
+    /// One-shot watches from the start (see [`one_shot_watches`](Self::one_shot_watches)).
+    pub fn one_shot_watches(mut self) -> CacheOptions {
+        self.one_shot_watches = true;
         self
     }
 }
@@ -165,13 +178,35 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    nodes: HashMap<Box<str>, Entry>,
+    /// By path: a node's subtree is a range (what leaves with a node, a node's children).
+    nodes: BTreeMap<Box<str>, Entry>,
     /// Paths an event named that are still to be read.
     dirty: BTreeSet<String>,
+    /// With one-shot watches: paths whose children changed, still to be listed.
+    dirty_children: BTreeSet<String>,
+    /// Watching with one-shot watches (asked for, or the server has no persistent ones).
+    one_shot: bool,
     /// The session and connection of the last full read (and its watch); `None` until one.
     built_on: Option<(SessionId, u64)>,
     started: bool,
     closed: bool,
+}
+
+impl State {
+    /// The cached nodes below `path`, at every depth, in path order.
+    fn below<'s>(&'s self, path: &str) -> impl Iterator<Item = &'s str> + 's {
+        let prefix = format!("{}/", path.trim_end_matches('/'));
+        self.nodes
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .map(|(p, _)| &**p)
+            .take_while(move |p| p.starts_with(&prefix))
+    }
+
+    /// The cached children of `path` (their paths), in path order.
+    fn children_of<'s>(&'s self, path: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        self.below(path)
+            .filter(move |p| paths::parent(p) == Some(path))
+    }
 }
 
 impl std::fmt::Debug for CuratorCache {
@@ -192,7 +227,10 @@ impl CuratorCache {
             inner: Arc::new(Inner {
                 core: LockCore::new(client, path, LockOptions::new())?,
                 options,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    one_shot: options.one_shot_watches,
+                    ..State::default()
+                }),
                 changed: Condvar::new(),
                 listeners: Mutex::new(Vec::new()),
                 wake: unbounded(),
@@ -238,22 +276,16 @@ impl CuratorCache {
     /// The cached children of `path` (their names, sorted).
     pub fn children(&self, path: &str) -> Vec<String> {
         let state = self.inner.state.lock();
-        let mut names: Vec<String> = state
-            .nodes
-            .keys()
-            .filter(|p| paths::parent(p) == Some(path))
+        state
+            .children_of(path)
             .map(|p| paths::node_name(p).to_owned())
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 
     /// Every cached node, sorted by path.
     pub fn nodes(&self) -> Vec<CachedNode> {
         let state = self.inner.state.lock();
-        let mut all: Vec<CachedNode> = state.nodes.iter().map(|(p, e)| e.node(p)).collect();
-        all.sort_by(|a, b| a.path.cmp(&b.path));
-        all
+        state.nodes.iter().map(|(p, e)| e.node(p)).collect()
     }
 
     /// How many nodes are cached.
@@ -261,11 +293,13 @@ impl CuratorCache {
         self.inner.state.lock().nodes.len()
     }
 
-    /// The memory the cached nodes take.
+    /// The memory the cached nodes take: each node's entry in the map (its path's handle and
+    /// its stat, with a half again for the B-tree's spare room and links: an estimate, as the
+    /// standard map does not say), its path and its data.
     pub fn memory(&self) -> CacheMemory {
         let state = self.inner.state.lock();
-        let slot = std::mem::size_of::<(Box<str>, Entry)>() + 1;
-        let bytes = state.nodes.capacity() * slot
+        let slot = std::mem::size_of::<(Box<str>, Entry)>() * 3 / 2;
+        let bytes = state.nodes.len() * slot
             + state
                 .nodes
                 .iter()
@@ -314,8 +348,25 @@ impl CuratorCache {
             .core
             .client
             .with_deadline(Instant::now() + Duration::from_secs(1));
-        if let Err(e) = client.remove_watch(&self.inner.core.path, &self.inner.wake.0) {
-            debug!("{}: removing the cache's watch: {e}", self.inner.core.path);
+        let one_shot: Option<Vec<Box<str>>> = {
+            let state = self.inner.state.lock();
+            state
+                .one_shot
+                .then(|| state.nodes.keys().cloned().collect())
+        };
+        match one_shot {
+            // What the server still holds fires once, into a channel nobody reads.
+            Some(paths) => {
+                let root = self.inner.core.path.as_str();
+                for p in paths.iter().map(|p| &**p).chain([root]) {
+                    client.forget_watch(p, &self.inner.wake.0);
+                }
+            }
+            None => {
+                if let Err(e) = client.remove_watch(&self.inner.core.path, &self.inner.wake.0) {
+                    debug!("{}: removing the cache's watch: {e}", self.inner.core.path);
+                }
+            }
         }
     }
 }
@@ -330,6 +381,13 @@ impl Drop for CuratorCache {
 /// read (the server leaves such a node's events out as well).
 fn unseen(e: &Error) -> bool {
     e.is_no_node() || e.is_code(ZkCode::NoAuth)
+}
+
+/// An `addWatch` error that says the server has no persistent watches: `Unimplemented`
+/// (before 3.6, which also drops the connection), or `MarshallingError` (3.6+ with a watch
+/// manager that lacks them, such as `WatchManagerOptimized`).
+fn without_persistent_watches(e: &Error) -> bool {
+    e.is_code(ZkCode::Unimplemented) || e.is_code(ZkCode::MarshallingError)
 }
 
 impl Entry {
@@ -367,17 +425,31 @@ impl Inner {
     }
 
     /// One look: a full read if the last was on another connection (or none was), else a read
-    /// of each node the events named.
+    /// of each node the events named (and, with one-shot watches, a listing of each node whose
+    /// children changed).
     fn look(&self, looking: &mut Looking<'_, '_>) -> Result<Option<Instant>> {
         let client = self.client();
         let path = &self.core.path;
         for e in looking.take() {
-            if matches!(
-                e.kind,
-                WatchKind::Created | WatchKind::DataChanged | WatchKind::Deleted
-            ) && self.covers(&e.path)
-            {
-                self.state.lock().dirty.insert(e.path);
+            if !self.covers(&e.path) {
+                continue;
+            }
+            let mut state = self.state.lock();
+            match e.kind {
+                // With one-shot watches, only the root's exist watch says so: read it all.
+                WatchKind::Created if state.one_shot => state.built_on = None,
+                // Read, and listed: a node made again has children of its own to watch.
+                WatchKind::Deleted if state.one_shot => {
+                    state.dirty.insert(e.path.clone());
+                    state.dirty_children.insert(e.path);
+                }
+                WatchKind::Created | WatchKind::DataChanged | WatchKind::Deleted => {
+                    state.dirty.insert(e.path);
+                }
+                WatchKind::ChildrenChanged if state.one_shot => {
+                    state.dirty_children.insert(e.path);
+                }
+                _ => {}
             }
         }
         let on = connection_of(&client);
@@ -385,17 +457,40 @@ impl Inner {
             return Err(Error::ConnectionLoss);
         }
         if self.state.lock().built_on != on {
-            let mode = if self.options.single_node {
-                AddWatchMode::Persistent
-            } else {
-                AddWatchMode::PersistentRecursive
+            if !self.state.lock().one_shot {
+                let mode = if self.options.single_node {
+                    AddWatchMode::Persistent
+                } else {
+                    AddWatchMode::PersistentRecursive
+                };
+                // The watch first: what changes from here on is announced, and the reads
+                // below (sent after it on this connection) see at least what it was set on.
+                match client.add_watch(path, mode, looking.tx) {
+                    Ok(()) => {}
+                    Err(e) if without_persistent_watches(&e) => {
+                        info!(
+                            "the cache of {path}: the server has no persistent watches ({e}); \
+                             each read leaves one-shot watches instead"
+                        );
+                        self.state.lock().one_shot = true;
+                        // Not restored on a reconnection (a server before 3.6 would close it).
+                        client.forget_watch(path, looking.tx);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let watch = self.one_shot_tx(looking.tx);
+            let before = {
+                let mut state = self.state.lock();
+                (
+                    std::mem::take(&mut state.dirty),
+                    std::mem::take(&mut state.dirty_children),
+                )
             };
-            // The watch first: what changes from here on is announced, and the reads below
-            // (sent after it on this connection) see at least what it was set on.
-            client.add_watch(path, mode, looking.tx)?;
-            let dirty_before = std::mem::take(&mut self.state.lock().dirty);
-            if let Err(e) = self.rebuild() {
-                self.state.lock().dirty.extend(dirty_before);
+            if let Err(e) = self.rebuild(watch) {
+                let mut state = self.state.lock();
+                state.dirty.extend(before.0);
+                state.dirty_children.extend(before.1);
                 return Err(e);
             }
             if connection_of(&client) != on {
@@ -407,11 +502,43 @@ impl Inner {
             self.tell(&[CacheEvent::Initialized]);
             return Ok(None);
         }
-        let dirty: Vec<String> = std::mem::take(&mut self.state.lock().dirty)
-            .into_iter()
-            .collect();
-        self.reread(&dirty)?;
-        Ok(None)
+        let watch = self.one_shot_tx(looking.tx);
+        let (dirty, listings): (Vec<String>, Vec<String>) = {
+            let mut state = self.state.lock();
+            (
+                std::mem::take(&mut state.dirty).into_iter().collect(),
+                std::mem::take(&mut state.dirty_children)
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        let again = match self.reread(&dirty, watch) {
+            Ok(again) => again,
+            Err(e) => {
+                // Not listed yet: kept to be listed (the parents' child watches fired).
+                self.state.lock().dirty_children.extend(listings);
+                return Err(e);
+            }
+        };
+        self.relist(&listings, watch)?;
+        Ok(again.then(Instant::now))
+    }
+
+    /// The channel the reads' one-shot watches report into, if the cache watches so.
+    fn one_shot_tx<'t>(&self, tx: &'t Sender<WatchEvent>) -> Option<&'t Sender<WatchEvent>> {
+        self.state.lock().one_shot.then_some(tx)
+    }
+
+    /// Sends `ops` in one pipeline: with `watch`, each read leaves its one-shot watch.
+    fn send(
+        &self,
+        ops: &[Op],
+        watch: Option<&Sender<WatchEvent>>,
+    ) -> Result<Vec<Result<OpResult>>> {
+        match watch {
+            Some(tx) => self.client().pipeline_watched(ops, tx),
+            None => self.client().pipeline(ops),
+        }
     }
 
     /// True if `path` is the cache's node or (in a tree cache) below it.
@@ -424,57 +551,27 @@ impl Inner {
     }
 
     /// Reads the whole tree, level by level (each level's reads in pipelines), and makes the
-    /// cache match it: nodes not found are gone.
-    fn rebuild(&self) -> Result<()> {
-        let mut found: HashSet<String> = HashSet::new();
-        let mut level = vec![self.core.path.clone()];
-        while !level.is_empty() {
-            let mut next = Vec::new();
-            for chunk in level.chunks(BATCH / 2) {
-                let mut ops = Vec::with_capacity(chunk.len() * 2);
-                for p in chunk {
-                    ops.push(Op::GetData { path: p.clone() });
-                    if !self.options.single_node {
-                        ops.push(Op::GetChildren { path: p.clone() });
-                    }
-                }
-                let results = self.client().pipeline(&ops)?;
-                let per = if self.options.single_node { 1 } else { 2 };
-                let mut events = Vec::new();
-                for (i, p) in chunk.iter().enumerate() {
-                    let data = results.get(i * per);
-                    match data {
-                        Some(Ok(OpResult::Data(bytes, stat))) => {
-                            found.insert(p.clone());
-                            self.apply(p, Some((bytes.clone(), *stat)), &mut events);
-                        }
-                        // Gone, or not ours to read (the server leaves its events out too).
-                        Some(Err(e)) if unseen(e) => continue,
-                        Some(Err(e)) => return Err(e.clone()),
-                        _ => return Err(Error::Protocol(format!("no data in the answer for {p}"))),
-                    }
-                    if self.options.single_node {
-                        continue;
-                    }
-                    match results.get(i * per + 1) {
-                        Some(Ok(OpResult::Children(names))) => {
-                            next.extend(names.iter().map(|n| paths::join(p, n)));
-                        }
-                        Some(Err(e)) if unseen(e) => {}
-                        // A listing that failed leaves the read unfinished: its subtree would
-                        // be taken for gone.
-                        Some(Err(e)) => return Err(e.clone()),
-                        _ => {
-                            return Err(Error::Protocol(format!(
-                                "no children in the answer for {p}"
-                            )))
-                        }
-                    }
-                }
-                self.tell(&events);
+    /// cache match it: nodes not found are gone. With one-shot watches, a root found missing
+    /// is watched for its creation.
+    fn rebuild(&self, watch: Option<&Sender<WatchEvent>>) -> Result<()> {
+        let root = self.core.path.clone();
+        let found = loop {
+            let mut found = HashSet::new();
+            self.read_subtrees(vec![root.clone()], watch, &mut found)?;
+            let Some(tx) = watch.filter(|_| !found.contains(&root)) else {
+                break found;
+            };
+            match self
+                .client()
+                .pipeline_watched(&[Op::Exists { path: root.clone() }], tx)?
+                .pop()
+            {
+                // Made since the read: read again (its exist watch is a data watch now).
+                Some(Ok(OpResult::Exists(Some(_)))) => continue,
+                Some(Err(e)) if !unseen(&e) => return Err(e),
+                _ => break found,
             }
-            level = next;
-        }
+        };
         // What the read did not find is gone.
         let gone: Vec<String> = {
             let state = self.state.lock();
@@ -493,19 +590,96 @@ impl Inner {
         Ok(())
     }
 
+    /// Reads the nodes `level` and everything below them, level by level (each level's reads
+    /// in pipelines), adding the paths found to `found`. Listeners hear what was applied, also
+    /// when a step fails.
+    fn read_subtrees(
+        &self,
+        mut level: Vec<String>,
+        watch: Option<&Sender<WatchEvent>>,
+        found: &mut HashSet<String>,
+    ) -> Result<()> {
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for chunk in level.chunks(BATCH / 2) {
+                let mut events = Vec::new();
+                let read = self.read_chunk(chunk, watch, found, &mut next, &mut events);
+                self.tell(&events);
+                read?;
+            }
+            level = next;
+        }
+        Ok(())
+    }
+
+    /// One pipeline of [`read_subtrees`](Self::read_subtrees): the nodes of `chunk` read and
+    /// applied (into `events`), their children added to `next`.
+    fn read_chunk(
+        &self,
+        chunk: &[String],
+        watch: Option<&Sender<WatchEvent>>,
+        found: &mut HashSet<String>,
+        next: &mut Vec<String>,
+        events: &mut Vec<CacheEvent>,
+    ) -> Result<()> {
+        let mut ops = Vec::with_capacity(chunk.len() * 2);
+        for p in chunk {
+            ops.push(Op::GetData { path: p.clone() });
+            if !self.options.single_node {
+                ops.push(Op::GetChildren { path: p.clone() });
+            }
+        }
+        let results = self.send(&ops, watch)?;
+        let per = if self.options.single_node { 1 } else { 2 };
+        for (i, p) in chunk.iter().enumerate() {
+            match results.get(i * per) {
+                Some(Ok(OpResult::Data(bytes, stat))) => {
+                    found.insert(p.clone());
+                    self.apply(p, Some((bytes.clone(), *stat)), events);
+                }
+                // Gone, or not ours to read (the server leaves its events out too).
+                Some(Err(e)) if unseen(e) => continue,
+                Some(Err(e)) => return Err(e.clone()),
+                _ => return Err(Error::Protocol(format!("no data in the answer for {p}"))),
+            }
+            if self.options.single_node {
+                continue;
+            }
+            match results.get(i * per + 1) {
+                Some(Ok(OpResult::Children(names))) => {
+                    next.extend(names.iter().map(|n| paths::join(p, n)));
+                }
+                Some(Err(e)) if unseen(e) => {}
+                // A listing that failed leaves the read unfinished: its subtree would be taken
+                // for gone.
+                Some(Err(e)) => return Err(e.clone()),
+                _ => {
+                    return Err(Error::Protocol(format!(
+                        "no children in the answer for {p}"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads each of `dirty` again (in pipelines, each with a deadline of its own) and
-    /// applies what it finds; on an error, what is not read yet stays to be read.
-    fn reread(&self, dirty: &[String]) -> Result<()> {
+    /// applies what it finds; on an error, what is not read yet stays to be read. With
+    /// one-shot watches, each read leaves its watch, and a root found gone is watched for its
+    /// creation: true if it came back meanwhile (the whole tree is then to be read).
+    fn reread(&self, dirty: &[String], watch: Option<&Sender<WatchEvent>>) -> Result<bool> {
+        let root = self.core.path.as_str();
+        let mut root_gone = false;
         for (k, chunk) in dirty.chunks(BATCH).enumerate() {
             let ops: Vec<Op> = chunk
                 .iter()
                 .map(|p| Op::GetData { path: p.clone() })
                 .collect();
-            let results = match self.client().pipeline(&ops) {
+            let left = || dirty.iter().skip(k * BATCH).cloned();
+            let results = match self.send(&ops, watch) {
                 Ok(results) => results,
                 Err(e) => {
-                    let left = dirty.iter().skip(k * BATCH).cloned();
-                    self.state.lock().dirty.extend(left);
+                    self.state.lock().dirty.extend(left());
                     return Err(e);
                 }
             };
@@ -515,11 +689,13 @@ impl Inner {
                     Ok(OpResult::Data(bytes, stat)) => {
                         self.apply(p, Some((bytes, stat)), &mut events)
                     }
-                    Err(e) if unseen(&e) => self.apply(p, None, &mut events),
+                    Err(e) if unseen(&e) => {
+                        root_gone |= p == root;
+                        self.apply(p, None, &mut events)
+                    }
                     Err(e) => {
                         self.tell(&events);
-                        let left = dirty.iter().skip(k * BATCH).cloned();
-                        self.state.lock().dirty.extend(left);
+                        self.state.lock().dirty.extend(left());
                         return Err(e);
                     }
                     Ok(_) => {}
@@ -527,7 +703,88 @@ impl Inner {
             }
             self.tell(&events);
         }
+        let Some(tx) = watch.filter(|_| root_gone) else {
+            return Ok(false);
+        };
+        let op = [Op::Exists {
+            path: root.to_owned(),
+        }];
+        match self.client().pipeline_watched(&op, tx)?.pop() {
+            Some(Ok(OpResult::Exists(Some(_)))) => {
+                self.state.lock().built_on = None;
+                Ok(true)
+            }
+            Some(Err(e)) if !unseen(&e) => {
+                self.state.lock().dirty.insert(root.to_owned());
+                Err(e)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// With one-shot watches: lists each of `parents` again (leaving its child watch), reads
+    /// every child not cached with everything below it, and drops the cached children the
+    /// listing left out (gone: the listing is newer than anything cached). On an error, what
+    /// is not listed yet stays to be listed.
+    fn relist(&self, parents: &[String], watch: Option<&Sender<WatchEvent>>) -> Result<()> {
+        let Some(tx) = watch.filter(|_| !self.options.single_node) else {
+            return Ok(());
+        };
+        for (k, chunk) in parents.chunks(BATCH).enumerate() {
+            let left = || parents.iter().skip(k * BATCH).cloned();
+            let ops: Vec<Op> = chunk
+                .iter()
+                .map(|p| Op::GetChildren { path: p.clone() })
+                .collect();
+            let results = match self.client().pipeline_watched(&ops, tx) {
+                Ok(results) => results,
+                Err(e) => {
+                    self.state.lock().dirty_children.extend(left());
+                    return Err(e);
+                }
+            };
+            let mut new = Vec::new();
+            let mut events = Vec::new();
+            for (p, r) in chunk.iter().zip(results) {
+                let listed: HashSet<String> = match r {
+                    Ok(OpResult::Children(names)) => {
+                        names.iter().map(|n| paths::join(p, n)).collect()
+                    }
+                    // Gone: its own data watch says so, and its read drops it.
+                    Err(e) if unseen(&e) => continue,
+                    Err(e) => {
+                        self.tell(&events);
+                        self.state.lock().dirty_children.extend(left());
+                        return Err(e);
+                    }
+                    Ok(_) => continue,
+                };
+                let cached: HashSet<String> = self.children(p).into_iter().collect();
+                for c in &cached {
+                    if !listed.contains(c) {
+                        self.apply(c, None, &mut events);
+                    }
+                }
+                new.extend(listed.into_iter().filter(|c| !cached.contains(c)));
+            }
+            self.tell(&events);
+            let mut read = HashSet::new();
+            if let Err(e) = self.read_subtrees(new, watch, &mut read) {
+                // Listed again: the parents, and every node read so far (its children may be
+                // read only in part; a listing reads what is missing below it).
+                let mut state = self.state.lock();
+                state.dirty_children.extend(left());
+                state.dirty_children.extend(read);
+                return Err(e);
+            }
+        }
         Ok(())
+    }
+
+    /// The cached children of `path` (their paths).
+    fn children(&self, path: &str) -> Vec<String> {
+        let state = self.state.lock();
+        state.children_of(path).map(str::to_owned).collect()
     }
 
     /// The client, its calls bounded by one step's deadline.
@@ -570,14 +827,9 @@ impl Inner {
             }
             None => {
                 // Gone, and with it anything cached below it.
-                let prefix = format!("{}/", path.trim_end_matches('/'));
-                let below: Vec<Box<str>> = state
-                    .nodes
-                    .keys()
-                    .filter(|p| p.starts_with(&prefix))
-                    .cloned()
-                    .collect();
-                for p in below.iter().map(|p| &**p).chain([path]) {
+                // Deepest first, as the server deletes (children before their parent).
+                let below: Vec<String> = state.below(path).map(str::to_owned).collect();
+                for p in below.iter().rev().map(String::as_str).chain([path]) {
                     if let Some(old) = state.nodes.remove(p) {
                         events.push(CacheEvent::Deleted(old.node(p)));
                     }

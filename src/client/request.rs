@@ -3,9 +3,11 @@
 
 use std::borrow::Cow;
 
+use crossbeam_channel::Sender;
+
 use super::conn::{Anchors, Outgoing, Reply};
 use super::proto::{self, op, Decoded, Enc, Malformed};
-use super::types::{ClientInfo, CreateMode, Op, OpResult};
+use super::types::{ClientInfo, CreateMode, Op, OpResult, WatchEvent};
 use super::watches::{WatchReg, WatchType};
 use crate::acl::Acl;
 
@@ -117,6 +119,27 @@ impl<'a> Req<'a> {
                 path: full.into(),
                 watch: None,
             },
+        }
+    }
+
+    /// A read that leaves a one-shot watch reporting into `tx` (an exist, data or child watch,
+    /// as the read); any other request unchanged.
+    pub fn watched(self, tx: &Sender<WatchEvent>) -> Req<'a> {
+        let reg = |path: &str, kind| Some(WatchReg::new(path, kind, tx));
+        match self {
+            Req::Exists { path, .. } => Req::Exists {
+                watch: reg(&path, WatchType::Exist),
+                path,
+            },
+            Req::GetData { path, .. } => Req::GetData {
+                watch: reg(&path, WatchType::Data),
+                path,
+            },
+            Req::GetChildren { path, .. } => Req::GetChildren {
+                watch: reg(&path, WatchType::Child),
+                path,
+            },
+            other => other,
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zk_recipes::lock::MIN_ATTEMPT;
 
+use crate::cache::{self, CACHE};
 use crate::counter::{self, COUNTER};
 use crate::membership::{self, BARRIER, GROUP};
 use crate::queue;
@@ -216,6 +217,11 @@ pub struct Report {
     pub dequeued: usize,
     pub dequeued_twice: usize,
     pub queue: Vec<String>,
+    /// Cache events checked, caches that wrote themselves down at the end, and what breaks
+    /// a cache's promise.
+    pub cache_events: usize,
+    pub caches_settled: usize,
+    pub cache: Vec<String>,
 }
 
 impl Report {
@@ -231,6 +237,7 @@ impl Report {
             .chain(&self.presence)
             .chain(&self.counter)
             .chain(&self.queue)
+            .chain(&self.cache)
             .chain(&self.lost)
     }
 }
@@ -258,6 +265,8 @@ pub fn progress_since(lock: &str, text: &str, since: u64) -> bool {
         counter::made_since(&counter::parse_increments(text), since)
     } else if lock == queue::ONCE || lock == queue::LEAST {
         queue::taken_since(&queue::parse(text), since)
+    } else if lock == CACHE {
+        cache::heard_since(&cache::parse(text), since)
     } else {
         parse(text).holds.iter().any(|h| h.last_piece > since)
     }
@@ -269,14 +278,29 @@ pub fn check(
     gates: &HashMap<&'static str, Vec<GateWrite>>,
     horizon: u64,
     counted: Option<i64>,
-    drained: Option<&HashMap<&'static str, Vec<String>>>,
+    end: Option<(&HashMap<&'static str, Vec<String>>, &cache::End)>,
 ) -> Report {
+    let drained = end.map(|e| e.0);
     let mut report = Report::default();
     let mut by_recipe: HashMap<&'static str, Vec<(usize, Hold)>> = HashMap::new();
     let mut barrier = Vec::new();
     let mut increments = Vec::new();
     let mut queues: HashMap<&'static str, Vec<(usize, queue::Calls)>> = HashMap::new();
+    let mut caches = Vec::new();
+    let mut cache_root = None;
     for (i, w) in workers.iter().enumerate() {
+        if w.recipe == CACHE {
+            let records = cache::parse(&std::fs::read_to_string(&w.records).unwrap_or_default());
+            if records.malformed > 0 {
+                report.lost.push(format!(
+                    "{CACHE}: worker {i} wrote {} records that do not parse",
+                    records.malformed
+                ));
+            }
+            caches.push((i, records));
+            cache_root = Some(w.path.clone());
+            continue;
+        }
         if w.recipe == queue::ONCE || w.recipe == queue::LEAST {
             let calls = queue::parse(&std::fs::read_to_string(&w.records).unwrap_or_default());
             if calls.malformed > 0 {
@@ -421,6 +445,11 @@ pub fn check(
         report.dequeued += counts.taken;
         report.dequeued_twice += counts.twice;
     }
+    if let Some(root) = cache_root {
+        let counts = cache::check(&root, &caches, horizon, end.map(|e| e.1), &mut report.cache);
+        report.cache_events = counts.events;
+        report.caches_settled = counts.caches_settled;
+    }
     for (recipe, holds) in by_recipe {
         sweep(recipe, holds, &mut report);
     }
@@ -551,6 +580,7 @@ pub fn self_test() {
     membership::self_test();
     counter::self_test();
     queue::self_test();
+    cache::self_test();
     let hold = |start: u64, end: u64, token: i64, exclusive: bool| Hold {
         start,
         end,

@@ -50,6 +50,7 @@ use parking_lot::Mutex;
 use zk_recipes::lock::FencingGate;
 use zk_recipes::testing::{FaultProxy, ServerOptions, TestingCluster};
 
+mod cache;
 mod checker;
 mod counter;
 mod membership;
@@ -75,7 +76,7 @@ const TICK: Duration = Duration::from_millis(100);
 const EPSILON: Duration = Duration::from_millis(500);
 /// Every recipe that promises exclusivity (or a bounded number of holders), each on its own
 /// path.
-const RECIPES: [&str; 15] = [
+const RECIPES: [&str; 16] = [
     "mutex",
     "semaphore-mutex",
     "semaphore-v2",
@@ -91,6 +92,7 @@ const RECIPES: [&str; 15] = [
     counter::COUNTER,
     queue::ONCE,
     queue::LEAST,
+    cache::CACHE,
 ];
 /// The items the `partition` recipe's workers share, each checked as a lock of its own: its
 /// owners' vouched pieces never overlap, its tokens never go back, and it is owned again after
@@ -317,6 +319,8 @@ struct Worker {
     records: PathBuf,
     /// Which of its recipe's workers it is (`0..WORKERS_PER_RECIPE`).
     member: usize,
+    /// Its recipe's path.
+    path: String,
 }
 
 /// Every worker process, and what the coordinator keeps for them: each lock's protected
@@ -354,6 +358,7 @@ impl Workers {
         pauses: &[(usize, u64, u64)],
         counted: Option<i64>,
         drained: &HashMap<&'static str, Vec<String>>,
+        cache_end: &cache::End,
     ) -> Report {
         check(
             &self.workers,
@@ -361,7 +366,7 @@ impl Workers {
             &self.gate_writes(),
             u64::MAX,
             counted,
-            Some(drained),
+            Some((drained, cache_end)),
         )
     }
 
@@ -526,7 +531,7 @@ fn run(o: &Options) -> Verdict {
             pauses
         };
         workers_end(&mut liars);
-        let report = liars.check(&pauses, None, &HashMap::new());
+        let report = liars.check(&pauses, None, &HashMap::new(), &cache::End::default());
         println!(
             "jepsen self-check: {} overlaps among {} holds recorded by holders that ignore \
              their lease, over {} pauses past the session",
@@ -671,6 +676,7 @@ fn run(o: &Options) -> Verdict {
     }
     let stuck = not_held_since(&workers, healed);
     let ended = mono();
+    let cache_end = cache_final_round(&cluster, &workers, &security);
     exited.extend(workers.exited());
     // Whether the server kept its own promise, compared with nothing writing: the workers
     // stopped (`workers_end` lets them go on), for well under their sessions' timeout.
@@ -684,7 +690,7 @@ fn run(o: &Options) -> Verdict {
     let statuses = workers_end(&mut workers);
     let counted = final_count(&cluster, &security, "jepsen");
     let drained = final_drain(&cluster, &security, "jepsen");
-    let report = workers.check(&pauses, counted, &drained);
+    let report = workers.check(&pauses, counted, &drained, &cache_end);
     drop(workers);
     println!(
         "jepsen (seed {seed}): {} holds ({} of them read holds; {} vouched pieces of work) \
@@ -699,7 +705,8 @@ fn run(o: &Options) -> Verdict {
          double-barrier passes {} ({} broke it), group looks {} ({} found a node gone \
          under a live session), counter increments made {} ({} of unknown outcome; final \
          value {counted:?}; {} violations), queue items put {} and handed over {} ({} twice, \
-         at least once; {} left at the end), \
+         at least once; {} left at the end), cache events {} ({} caches settled at \
+         the end; {} violations), \
          held again after the last fault: {progressed}",
         report.holds,
         report.read_holds,
@@ -730,6 +737,9 @@ fn run(o: &Options) -> Verdict {
         report.dequeued,
         report.dequeued_twice,
         drained.values().map(Vec::len).sum::<usize>(),
+        report.cache_events,
+        report.caches_settled,
+        report.cache.len(),
     );
     for line in report
         .violations()
@@ -785,6 +795,10 @@ fn run(o: &Options) -> Verdict {
         report.queue.is_empty(),
         "a queue lost an item, made one up, or handed one over twice; {replay}"
     );
+    assert!(
+        report.cache.is_empty(),
+        "a cache went back, showed a value from nowhere, or did not converge; {replay}"
+    );
     assert!(report.lost.is_empty(), "records were lost; {replay}");
     assert!(
         exited.is_empty() && statuses.is_empty(),
@@ -800,6 +814,7 @@ fn run(o: &Options) -> Verdict {
     );
     assert!(report.holds > 0 && report.timed > 0 && report.gate_writes > 0);
     assert!(report.barrier_passes > 0 && report.looks > 0 && report.increments > 0);
+    assert!(report.cache_events > 0 && report.caches_settled == WORKERS_PER_RECIPE);
     assert!(
         counted.is_some(),
         "the counter's final value could not be read"
@@ -942,6 +957,7 @@ fn spawn(
                 proxies,
                 records,
                 member: k,
+                path: format!("/{tag}/{recipe}"),
             });
         }
     }
@@ -1093,6 +1109,105 @@ fn final_drain(
         }
     }
     left
+}
+
+/// The cache's end (`cache.rs`): its workers stop writing; with the tree still, the
+/// coordinator changes every worker's part of it while the first worker's connections are
+/// refused (its cache must read the tree again on the same session) and the second's process
+/// is stopped past its session's timeout (a new session); then the caches settle and write
+/// themselves down, and the coordinator reads the tree.
+fn cache_final_round(
+    cluster: &TestingCluster,
+    workers: &Workers,
+    security: &[(&str, String)],
+) -> cache::End {
+    let mut end = cache::End::default();
+    let caches: Vec<&Worker> = workers
+        .iter()
+        .filter(|w| w.recipe == cache::CACHE)
+        .collect();
+    let Some(root) = caches.first().map(|w| w.path.clone()) else {
+        return end;
+    };
+    let said = |w: &Worker, what: &str| tail(&w.records).lines().any(|l| l.starts_with(what));
+    caches.iter().for_each(|w| answer(&w.stdin, true));
+    if wait_until(SETTLE, || caches.iter().all(|w| said(w, "q "))).is_none() {
+        println!("jepsen: a cache worker did not stop writing within {SETTLE:?}");
+    }
+    let Some(client) = coordinator_client(cluster, security) else {
+        end.unread = Some("no client of the coordinator's".into());
+        return end;
+    };
+    // Each phase's calls end within ten seconds (a deadline from the phase's start).
+    let timed = || client.with_timeout(Duration::from_secs(10));
+    let began = Instant::now();
+    let (cut, stopped) = (caches[0], caches.get(1).copied());
+    cut.proxies.iter().for_each(FaultProxy::refuse);
+    if let Some(w) = stopped {
+        signal(w.child.id(), "-STOP");
+    }
+    // Every worker's part changed: a node and its child made, the first node deleted (with
+    // its child), the last one's data changed.
+    let client = timed();
+    let parts = client.children(&root).unwrap_or_default();
+    for (n, part) in parts.iter().enumerate() {
+        let part = format!("{root}/{part}");
+        let mut keys = client.children(&part).unwrap_or_default();
+        keys.sort();
+        let made = format!("{part}/end");
+        for (path, value) in [
+            (made.clone(), format!("end-{n}")),
+            (format!("{made}/c"), format!("end-{n}-c")),
+        ] {
+            end.written.push((path.clone(), value.clone()));
+            let _ = client.create(&path, value.as_bytes(), zk_recipes::CreateMode::Persistent);
+        }
+        if let Some(first) = keys.first() {
+            let key = format!("{part}/{first}");
+            let _ = client.delete(&format!("{key}/c"));
+            let _ = client.delete(&key);
+        }
+        if let Some(last) = keys.get(1..).and_then(<[String]>::last) {
+            let key = format!("{part}/{last}");
+            let value = format!("end-{n}-set");
+            end.written.push((key.clone(), value.clone()));
+            let _ = client.set_data(&key, value.as_bytes(), None);
+        }
+    }
+    // The faults' lengths, the adversary's rhythm: the refused worker is let back within its
+    // session's timeout, the stopped one resumes past it.
+    thread::sleep(Duration::from_millis(700).saturating_sub(began.elapsed()));
+    cut.proxies.iter().for_each(FaultProxy::heal);
+    thread::sleep((SESSION + Duration::from_millis(1500)).saturating_sub(began.elapsed()));
+    if let Some(w) = stopped {
+        signal(w.child.id(), "-CONT");
+    }
+    caches.iter().for_each(|w| answer(&w.stdin, true));
+    // Each settles within 30 s of its go.
+    if wait_until(SETTLE + Duration::from_secs(10), || {
+        caches.iter().all(|w| said(w, "S "))
+    })
+    .is_none()
+    {
+        println!("jepsen: a cache did not write itself down in time");
+    }
+    let client = timed();
+    let tree = client
+        .sync(&root)
+        .and_then(|()| worker::read_tree(&client, &root));
+    match tree {
+        Ok(nodes) => {
+            for n in nodes {
+                let value = n.data.as_deref().filter(|d| !d.is_empty()).map_or_else(
+                    || "-".to_owned(),
+                    |d| String::from_utf8_lossy(d).into_owned(),
+                );
+                end.tree.insert(n.path, (n.stat.czxid, n.stat.mzxid, value));
+            }
+        }
+        Err(e) => end.unread = Some(e.to_string()),
+    }
+    end
 }
 
 /// A client of the coordinator's own, straight to the ensemble.

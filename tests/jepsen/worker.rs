@@ -157,6 +157,7 @@ pub fn worker() -> ! {
                 | "counter"
                 | "queue-once"
                 | "queue-least"
+                | "cache"
         ),
     });
     let client = connect(&id, SESSION);
@@ -414,6 +415,7 @@ pub fn worker() -> ! {
         "counter" => counter(&ctx, &mut rng, &path),
         "queue-once" => queue(&ctx, &mut rng, &path, &id, true),
         "queue-least" => queue(&ctx, &mut rng, &path, &id, false),
+        "cache" => cache(&ctx, &mut rng, &path, &id),
         other => panic!("unknown recipe {other}"),
     }
     std::process::exit(0)
@@ -754,6 +756,210 @@ fn take_one(
             }
         }
     }
+}
+
+/// A cache of the recipe's whole tree, and writes to a part of it of this worker's own, each
+/// written down (`cache.rs` has the records and the rules), until the coordinator says quiet
+/// (a line on stdin); then, at its second line, with the tree still, the cache settles and
+/// writes itself down.
+fn cache(ctx: &Ctx, rng: &mut fastrand::Rng, path: &str, id: &str) -> ! {
+    use zk_recipes::cache::{CacheOptions, CuratorCache};
+    let own = format!("{path}/w{id}");
+    while let Err(e) = ctx.client.ensure_path(&own) {
+        log::warn!("worker {id}: {own}: {e}");
+    }
+    // The third of the recipe's workers watches with one-shot watches (as on a server before
+    // 3.6), the others with a persistent recursive watch.
+    let options = if id
+        .parse::<usize>()
+        .is_ok_and(|i| i % crate::WORKERS_PER_RECIPE == 2)
+    {
+        CacheOptions::new().one_shot_watches()
+    } else {
+        CacheOptions::new()
+    };
+    let cache = CuratorCache::new(&ctx.client, path, options).expect("recipe");
+    let records = ctx.records.clone();
+    cache.add_listener(move |e| records.line(cache_event(e)));
+    cache.start().expect("the cache starts");
+    let answers = &ctx.coordinator.answers;
+    let mut n = 0u64;
+    while answers.is_empty() {
+        // Each write's requests end within two seconds (a deadline, not a per-call timeout).
+        let client = ctx.client.with_timeout(Duration::from_secs(2));
+        let key = format!("{own}/k{}", rng.u8(0..5));
+        let child = format!("{key}/c");
+        let mut value = || {
+            n += 1;
+            format!("w{id}-{n}")
+        };
+        match client.exists(&key) {
+            Ok(None) => {
+                let v = value();
+                ctx.records.line(format!("V {key} {v}"));
+                let _ = client.create(&key, v.as_bytes(), zk_recipes::CreateMode::Persistent);
+            }
+            Ok(Some(_)) => match rng.u8(0..10) {
+                0..=4 => {
+                    let target = if rng.bool() { &key } else { &child };
+                    let v = value();
+                    ctx.records.line(format!("V {target} {v}"));
+                    match client.set_data(target, v.as_bytes(), None) {
+                        Ok(stat) => {
+                            ctx.records
+                                .line(format!("Z {target} {v} {} {}", stat.czxid, stat.mzxid));
+                            // A burst now and then: the node set again at once, so that its
+                            // two changes reach the caches close together.
+                            if rng.u8(0..3) == 0 {
+                                let v = value();
+                                ctx.records.line(format!("V {target} {v}"));
+                                if let Ok(stat) = client.set_data(target, v.as_bytes(), None) {
+                                    ctx.records.line(format!(
+                                        "Z {target} {v} {} {}",
+                                        stat.czxid, stat.mzxid
+                                    ));
+                                }
+                            }
+                        }
+                        Err(e) if e.is_no_node() && target == &child => {
+                            let v = value();
+                            ctx.records.line(format!("V {child} {v}"));
+                            let _ = client.create(
+                                &child,
+                                v.as_bytes(),
+                                zk_recipes::CreateMode::Persistent,
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+                5..=6 => {
+                    let _ = client.delete(&child);
+                }
+                _ => {
+                    // The node and its child, in one transaction when it has one.
+                    if client.delete(&key).is_err() {
+                        let _ = client.multi(&[
+                            zk_recipes::Op::Delete {
+                                path: child.clone(),
+                                version: None,
+                            },
+                            zk_recipes::Op::Delete {
+                                path: key.clone(),
+                                version: None,
+                            },
+                        ]);
+                    }
+                }
+            },
+            Err(_) => {}
+        }
+        // A worker's pace, not a synchronisation: a few writes a second each.
+        thread::sleep(Duration::from_millis(rng.u64(50..300)));
+    }
+    let _ = answers.recv();
+    ctx.records.line(format!("q {}", mono()));
+    // The coordinator's final round, then its go.
+    let _ = answers.recv();
+    settle_cache(ctx, &cache, path);
+    // Idle until stdin closes (its thread ends the process).
+    loop {
+        thread::park();
+    }
+}
+
+/// A cache's event as a record line.
+fn cache_event(e: &zk_recipes::cache::CacheEvent) -> String {
+    use zk_recipes::cache::{CacheEvent, CachedNode};
+    let state = |n: &CachedNode| {
+        let value = n.data.as_deref().filter(|d| !d.is_empty()).map_or_else(
+            || "-".to_owned(),
+            |d| String::from_utf8_lossy(d).into_owned(),
+        );
+        format!("{} {} {} {value}", n.path, n.stat.czxid, n.stat.mzxid)
+    };
+    match e {
+        CacheEvent::Created(n) => format!("c {} {}", mono(), state(n)),
+        CacheEvent::Changed { new, .. } => format!("m {} {}", mono(), state(new)),
+        CacheEvent::Deleted(n) => {
+            format!("d {} {} {} {}", mono(), n.path, n.stat.czxid, n.stat.mzxid)
+        }
+        CacheEvent::Initialized => format!("i {}", mono()),
+        _ => format!("? {}", mono()),
+    }
+}
+
+/// With the tree still: reads it straight (synced first), waits (30 s at most) until the cache
+/// is current and holds just that, and writes down what it holds (`s` lines, then `S`).
+fn settle_cache(ctx: &Ctx, cache: &zk_recipes::cache::CuratorCache, path: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let (tx, heard) = crossbeam_channel::unbounded();
+    cache.add_listener(move |_| {
+        let _ = tx.send(());
+    });
+    let snapshot = |nodes: Vec<zk_recipes::cache::CachedNode>| -> Vec<String> {
+        nodes
+            .iter()
+            .map(|n| cache_event(&zk_recipes::cache::CacheEvent::Created(n.clone())))
+            .map(|l| l.splitn(3, ' ').nth(2).unwrap_or_default().to_owned())
+            .collect()
+    };
+    let truth = loop {
+        let client = ctx.client.with_deadline(until);
+        match client.sync(path).and_then(|()| read_tree(&client, path)) {
+            Ok(tree) => break Some(snapshot(tree)),
+            Err(e) if std::time::Instant::now() < until => log::warn!("reading the tree: {e}"),
+            Err(_) => break None,
+        }
+    };
+    loop {
+        // The listener first, then the look: no event falls between them unheard.
+        while heard.try_recv().is_ok() {}
+        if cache.is_current() && truth.as_ref() == Some(&snapshot(cache.nodes())) {
+            break;
+        }
+        if heard.recv_deadline(until).is_err() {
+            break;
+        }
+    }
+    for line in snapshot(cache.nodes()) {
+        ctx.records.line(format!("s {line}"));
+    }
+    let current = if cache.is_current() {
+        "current"
+    } else {
+        "stale"
+    };
+    ctx.records.line(format!("S {} {current}", mono()));
+}
+
+/// Every node of the tree at `path`, sorted by path, read straight from the server.
+pub fn read_tree(
+    client: &Client,
+    path: &str,
+) -> zk_recipes::Result<Vec<zk_recipes::cache::CachedNode>> {
+    let mut out = Vec::new();
+    let mut todo = vec![path.to_owned()];
+    while let Some(p) = todo.pop() {
+        match client.data(&p) {
+            Ok((data, stat)) => {
+                out.push(zk_recipes::cache::CachedNode {
+                    path: p.clone(),
+                    stat,
+                    data: Some(data.into()),
+                });
+            }
+            Err(e) if e.is_no_node() => continue,
+            Err(e) => return Err(e),
+        }
+        match client.children(&p) {
+            Ok(names) => todo.extend(names.iter().map(|n| format!("{p}/{n}"))),
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }
 
 /// Timed acquires forever; each hold vouches for 1 to 40 pieces of work (up to about two

@@ -4,10 +4,11 @@
 use crate::acl::Acl;
 use crate::client::config::strip;
 use crate::client::request::{self, Req};
-use crate::client::types::{CreateMode, Op, OpResult, Stat};
+use crate::client::types::{CreateMode, Op, OpResult, Stat, WatchEvent};
 use crate::error::{Error, Result};
 use crate::paths;
 use crate::session_id::SessionId;
+use crossbeam_channel::Sender;
 
 use super::{check_data, Client, Retry};
 
@@ -374,12 +375,38 @@ impl Client {
     /// [`multi`](Self::multi) they are independent: each may succeed or fail on its own. Not
     /// retried.
     pub fn pipeline(&self, ops: &[Op]) -> Result<Vec<Result<OpResult>>> {
+        self.pipeline_inner(ops, None)
+    }
+
+    /// [`pipeline`](Self::pipeline), each read leaving a one-shot watch that reports into
+    /// `tx` (`Exists` an exist watch, `GetData` a data watch, `GetChildren` a child watch),
+    /// set by the server with the read.
+    pub(crate) fn pipeline_watched(
+        &self,
+        ops: &[Op],
+        tx: &Sender<WatchEvent>,
+    ) -> Result<Vec<Result<OpResult>>> {
+        self.pipeline_inner(ops, Some(tx))
+    }
+
+    fn pipeline_inner(
+        &self,
+        ops: &[Op],
+        tx: Option<&Sender<WatchEvent>>,
+    ) -> Result<Vec<Result<OpResult>>> {
         let full = self.validate_ops(ops)?;
         let acl = &self.core.config.acl;
         let frames: Vec<_> = ops
             .iter()
             .zip(&full)
-            .map(|(op, p)| Req::from_op(op, p, acl).outgoing())
+            .map(|(op, p)| {
+                let req = Req::from_op(op, p, acl);
+                match tx {
+                    Some(tx) => req.watched(tx),
+                    None => req,
+                }
+                .outgoing()
+            })
             .collect();
         let tickets = self.send(frames)?;
         let prefix = &self.core.config.prefix;
