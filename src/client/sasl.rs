@@ -76,9 +76,9 @@ impl<'a> DigestMd5<'a> {
         let with = |method| {
             digest(
                 DIGEST_URI,
-                &encode(&c.user, utf8),
-                &encode(realm, utf8),
-                &encode(&c.password, utf8),
+                &encode(&c.user),
+                &encode(realm),
+                &encode(&c.password),
                 nonce,
                 &self.cnonce,
                 nc,
@@ -120,10 +120,13 @@ impl<'a> DigestMd5<'a> {
     }
 }
 
-/// The user, realm or password as the digest takes it: UTF-8 if the server said so,
-/// otherwise ISO 8859-1 where every character fits (RFC 2831, 2.1.2.1).
-fn encode(s: &str, utf8: bool) -> Vec<u8> {
-    if !utf8 && s.chars().all(|c| (c as u32) < 256) {
+/// The user, realm or password as the digest takes it (RFC 2831, 2.1.2.1, and Java's
+/// `DigestMD5Base.stringToByte_8859_1`, which the server checks with): ISO 8859-1 when every
+/// character fits, whatever the charset; UTF-8 otherwise, which only a server that said
+/// `charset=utf-8` accepts (without it, Java would send `?` for each such character, which
+/// no password matches either).
+fn encode(s: &str) -> Vec<u8> {
+    if s.chars().all(|c| (c as u32) < 256) {
         s.chars().map(|c| c as u8).collect()
     } else {
         s.as_bytes().to_vec()
@@ -294,6 +297,13 @@ mod tests {
         );
         assert!(parse(r#"a="open"#).is_err());
         assert!(parse("=x").is_err());
+    }
+
+    #[test]
+    fn values_are_digested_in_iso_8859_1_when_they_fit_and_utf_8_only_otherwise() {
+        assert_eq!(encode("pässwort"), b"p\xe4sswort");
+        assert_eq!(encode("bob"), b"bob");
+        assert_eq!(encode("пароль"), "пароль".as_bytes());
     }
 
     #[test]
