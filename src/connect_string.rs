@@ -35,7 +35,9 @@ fn bad(s: &str, why: &str) -> Error {
     Error::BadArguments(format!("connect string {s:?}: {why}"))
 }
 
-fn valid_host(host: &str) -> bool {
+/// A host name or address as a connect string may give it (no spaces, no control
+/// characters: it reaches logs and the resolver).
+pub(crate) fn valid_host(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 253
         && host

@@ -23,7 +23,7 @@ const MAX_REQUEST: usize = 0xfffff;
 #[derive(Clone)]
 pub struct ClientBuilder {
     connect_string: String,
-    auth: Vec<(String, Vec<u8>)>,
+    auth: Vec<(String, super::Secret)>,
     acl: Vec<Acl>,
     session_timeout: Duration,
     connection_timeout: Duration,
@@ -33,7 +33,7 @@ pub struct ClientBuilder {
     tick_time: Duration,
     max_request: usize,
     /// A session to re-attach to: its id and password.
-    resume: Option<(SessionId, Vec<u8>)>,
+    resume: Option<(SessionId, super::Secret)>,
     follow_ensemble: bool,
     #[cfg(feature = "tls")]
     tls: Option<super::tls::TlsOptions>,
@@ -94,7 +94,8 @@ impl ClientBuilder {
     /// with `AuthFailed`. (With `digest` any password authenticates; a wrong one simply
     /// matches no ACL, so protected nodes answer `NoAuth`.)
     pub fn authorization(mut self, scheme: &str, credentials: impl Into<Vec<u8>>) -> Self {
-        self.auth.push((scheme.to_owned(), credentials.into()));
+        self.auth
+            .push((scheme.to_owned(), super::Secret::new(credentials.into())));
         self
     }
 
@@ -164,7 +165,7 @@ impl ClientBuilder {
     pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
         self.sasl = Some(super::sasl::SaslCredentials {
             user: user.to_owned(),
-            password: password.to_owned(),
+            password: zeroize::Zeroizing::new(password.to_owned()),
         });
         self
     }
@@ -197,7 +198,7 @@ impl ClientBuilder {
     /// from another process, with the id and password its client had). `connect` fails with
     /// `SessionLost` if the session has expired.
     pub fn session(mut self, id: SessionId, password: Vec<u8>) -> Self {
-        self.resume = Some((id, password));
+        self.resume = Some((id, super::Secret::new(password)));
         self
     }
 

@@ -10,7 +10,7 @@ use crate::retry::RetryPolicy;
 pub(crate) struct Config {
     pub connect: ConnectString,
     /// `addAuth` credentials for every connection.
-    pub auth: Vec<(String, Vec<u8>)>,
+    pub auth: Vec<(String, crate::client::Secret)>,
     /// ACL of the nodes this client creates, unless a recipe gives its own.
     pub acl: Vec<Acl>,
     pub session_timeout: Duration,
@@ -25,7 +25,7 @@ pub(crate) struct Config {
     /// The largest request body the servers take (`jute.maxbuffer`).
     pub max_request: usize,
     /// A session to re-attach to at the first connection: id and password.
-    pub resume: Option<(crate::SessionId, Vec<u8>)>,
+    pub resume: Option<(crate::SessionId, crate::client::Secret)>,
     /// Plain or TLS connections.
     pub security: super::link::Security,
     /// Take the servers of the ensemble's configuration as the host list, as it changes.

@@ -77,9 +77,16 @@ impl EnsembleConfig {
                 } else {
                     host
                 };
+                // Checked as a connect string's host is, before it can reach a log or a
+                // dial: whoever may write the node (any user under `skipACL`, a superuser
+                // always) must not smuggle text into either. A member without a valid
+                // address has none, and a configuration with such a member is not followed.
+                if !crate::connect_string::valid_host(host) {
+                    return None;
+                }
                 Some(HostPort {
                     host: host.to_owned(),
-                    port: port.trim().parse().ok()?,
+                    port: port.trim().parse().ok().filter(|p| *p != 0)?,
                 })
             });
             servers.push(EnsembleMember { id, role, client });
@@ -204,6 +211,12 @@ mod tests {
             "no version"
         );
         let multi = EnsembleConfig::parse("server.1=a:1:2|b:3:4:observer;2181\nversion=1").unwrap();
+        // Hosts a connect string would refuse are no client address (and so no list).
+        for bad in ["ev il:2181", "evil\u{1b}[31m:2181", "h:0", "h:x"] {
+            let c = EnsembleConfig::parse(&format!("server.1=a:1:2;{bad}\nversion=1")).unwrap();
+            assert_eq!(c.servers[0].client, None, "{bad:?}");
+            assert_eq!(c.client_hosts(), None, "{bad:?}");
+        }
         assert_eq!(multi.servers[0].role, "observer");
         assert_eq!(multi.client_hosts().unwrap()[0].to_string(), "a:2181");
     }

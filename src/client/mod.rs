@@ -6,6 +6,9 @@
 #![doc = include_str!("../../recipes/README.md")]
 
 mod api;
+
+/// Bytes that are a secret (a session password, credentials): wiped when dropped.
+pub(crate) type Secret = zeroize::Zeroizing<Vec<u8>>;
 mod builder;
 pub(crate) mod clock;
 mod config;

@@ -5,6 +5,7 @@
 
 use crate::acl::{Acl, Id, Permission};
 use crate::client::types::{Stat, WatchKind};
+use crate::client::Secret;
 
 /// Opcodes (`ZooDefs.OpCode`).
 pub(crate) mod op {
@@ -338,18 +339,40 @@ impl ReplyHeader {
     }
 }
 
-/// The first frame a client sends on a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The first frame a client sends on a connection. Its `Debug` leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ConnectRequest {
     pub last_zxid_seen: i64,
     pub timeout_ms: i32,
     pub session_id: i64,
-    pub passwd: Vec<u8>,
+    pub passwd: Secret,
     pub read_only: bool,
 }
 
+impl std::fmt::Debug for ConnectRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectRequest")
+            .field("last_zxid_seen", &self.last_zxid_seen)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("session_id", &self.session_id)
+            .field("passwd", &Redacted(self.passwd.len()))
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+/// A secret's place in a `Debug`: its length, never its bytes.
+struct Redacted(usize);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes, redacted>", self.0)
+    }
+}
+
 impl ConnectRequest {
-    pub fn encode(&self) -> Vec<u8> {
+    /// The frame (it holds the password: wiped when dropped).
+    pub fn encode(&self) -> Secret {
         let mut e = Enc::bare();
         e.i32(0)
             .i64(self.last_zxid_seen)
@@ -357,18 +380,29 @@ impl ConnectRequest {
             .i64(self.session_id)
             .buffer(&self.passwd)
             .bool(self.read_only);
-        e.finish()
+        Secret::new(e.finish())
     }
 }
 
 /// The server's answer to a [`ConnectRequest`]. A timeout of 0 or less means the session asked
-/// for has expired.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// for has expired. Its `Debug` leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ConnectResponse {
     pub timeout_ms: i32,
     pub session_id: i64,
-    pub passwd: Vec<u8>,
+    pub passwd: Secret,
     pub read_only: bool,
+}
+
+impl std::fmt::Debug for ConnectResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectResponse")
+            .field("timeout_ms", &self.timeout_ms)
+            .field("session_id", &self.session_id)
+            .field("passwd", &Redacted(self.passwd.len()))
+            .field("read_only", &self.read_only)
+            .finish()
+    }
 }
 
 impl ConnectResponse {
@@ -378,7 +412,7 @@ impl ConnectResponse {
         Ok(ConnectResponse {
             timeout_ms: d.i32()?,
             session_id: d.i64()?,
-            passwd: d.buffer()?,
+            passwd: Secret::new(d.buffer()?),
             // Servers before 3.4 leave the flag out.
             read_only: d.bool().unwrap_or(false),
         })
@@ -397,10 +431,11 @@ impl ConnectResponse {
 }
 
 /// `addAuth`: an `AuthPacket` under the reserved auth xid.
-pub(crate) fn auth_request(scheme: &str, credentials: &[u8]) -> Vec<u8> {
+/// The frame holds the credentials: wiped when dropped.
+pub(crate) fn auth_request(scheme: &str, credentials: &[u8]) -> Secret {
     let mut e = Enc::request(xid::AUTH, op::AUTH);
     e.i32(0).str(scheme).buffer(credentials);
-    e.finish()
+    Secret::new(e.finish())
 }
 
 /// `SetWatches` (or `SetWatches2` when there are persistent watches): the watches to restore
@@ -487,7 +522,7 @@ mod tests {
         let resp = ConnectResponse {
             timeout_ms: 4000,
             session_id: 99,
-            passwd: vec![1; 16],
+            passwd: Secret::new(vec![1; 16]),
             read_only: true,
         };
         let f = resp.encode();
@@ -498,6 +533,31 @@ mod tests {
             Ok(false)
         );
         assert!(ConnectResponse::decode(&[0, 0, 0]).is_err());
+    }
+
+    /// The session password never reaches `Debug` (issue 39, item 7): a request or answer
+    /// printed says how long it is, not what it is.
+    #[test]
+    fn the_session_password_never_reaches_debug() {
+        let req = ConnectRequest {
+            last_zxid_seen: 5,
+            timeout_ms: 10_000,
+            session_id: 0x1234,
+            passwd: Secret::new(vec![0xab; 16]),
+            read_only: false,
+        };
+        let resp = ConnectResponse {
+            timeout_ms: 10_000,
+            session_id: 0x1234,
+            passwd: Secret::new(vec![0xab; 16]),
+            read_only: false,
+        };
+        for shown in [format!("{req:?}"), format!("{resp:?}"), format!("{req:#?}")] {
+            assert!(!shown.contains("171"), "{shown}");
+            assert!(!shown.to_lowercase().contains("ab, "), "{shown}");
+            assert!(shown.contains("16 bytes, redacted"), "{shown}");
+            assert!(shown.contains("4660"), "the rest is shown: {shown}");
+        }
     }
 
     proptest::proptest! {

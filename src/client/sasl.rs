@@ -7,16 +7,19 @@
 use std::fmt;
 
 use md5::{Digest, Md5};
+use zeroize::{Zeroize, Zeroizing};
+
+use super::Secret;
 
 /// Where ZooKeeper's SASL server lives: the protocol and server name its clients use.
 const DIGEST_URI: &str = "zookeeper/zk-sasl-md5";
 
 /// A user and password for SASL DIGEST-MD5 (see `ClientBuilder::sasl_digest`). Its `Debug`
-/// shows the user only.
+/// shows the user only; the password is wiped when dropped.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SaslCredentials {
     pub user: String,
-    pub password: String,
+    pub password: Zeroizing<String>,
 }
 
 impl fmt::Debug for SaslCredentials {
@@ -125,12 +128,12 @@ impl<'a> DigestMd5<'a> {
 /// character fits, whatever the charset; UTF-8 otherwise, which only a server that said
 /// `charset=utf-8` accepts (without it, Java would send `?` for each such character, which
 /// no password matches either).
-fn encode(s: &str) -> Vec<u8> {
-    if s.chars().all(|c| (c as u32) < 256) {
+fn encode(s: &str) -> Secret {
+    Secret::new(if s.chars().all(|c| (c as u32) < 256) {
         s.chars().map(|c| c as u8).collect()
     } else {
         s.as_bytes().to_vec()
-    }
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -156,13 +159,18 @@ fn digest(
     secret.update(realm);
     secret.update(b":");
     secret.update(password);
-    let mut a1 = secret.finalize().to_vec();
+    // H(user:realm:password) stands for the password (who has it can answer any
+    // challenge): it, and what is made from it, wiped once used.
+    let mut hashed = secret.finalize();
+    let mut a1 = Secret::new(hashed.to_vec());
+    hashed.as_mut_slice().zeroize();
     a1.extend_from_slice(format!(":{nonce}:{cnonce}").as_bytes());
-    let ha1 = hex(&Md5::digest(&a1));
+    let mut ha1 = Md5::digest(a1.as_slice());
+    let ha1_hex = Zeroizing::new(hex(&ha1));
+    ha1.as_mut_slice().zeroize();
     let ha2 = hex(&Md5::digest(format!("{method}:{uri}").as_bytes()));
-    hex(&Md5::digest(
-        format!("{ha1}:{nonce}:{nc}:{cnonce}:auth:{ha2}").as_bytes(),
-    ))
+    let last = Zeroizing::new(format!("{}:{nonce}:{nc}:{cnonce}:auth:{ha2}", *ha1_hex));
+    hex(&Md5::digest(last.as_bytes()))
 }
 
 /// A quoted-string with `"` and `\` escaped.
@@ -257,7 +265,7 @@ mod tests {
     fn a_response_answers_the_challenge_and_the_proof_is_checked() {
         let creds = SaslCredentials {
             user: "bob".into(),
-            password: "pw".into(),
+            password: Zeroizing::new("pw".into()),
         };
         let mut m = DigestMd5::new(&creds, "cn".into());
         let challenge =
@@ -301,16 +309,16 @@ mod tests {
 
     #[test]
     fn values_are_digested_in_iso_8859_1_when_they_fit_and_utf_8_only_otherwise() {
-        assert_eq!(encode("pässwort"), b"p\xe4sswort");
-        assert_eq!(encode("bob"), b"bob");
-        assert_eq!(encode("пароль"), "пароль".as_bytes());
+        assert_eq!(encode("pässwort").as_slice(), b"p\xe4sswort");
+        assert_eq!(encode("bob").as_slice(), b"bob");
+        assert_eq!(encode("пароль").as_slice(), "пароль".as_bytes());
     }
 
     #[test]
     fn the_password_never_reaches_debug() {
         let creds = SaslCredentials {
             user: "bob".into(),
-            password: "hunter2".into(),
+            password: Zeroizing::new("hunter2".into()),
         };
         assert!(!format!("{creds:?}").contains("hunter2"));
     }

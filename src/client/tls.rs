@@ -99,8 +99,12 @@ impl TlsOptions {
                         cert.display()
                     ));
                 }
-                // The key's contents never reach a message: only its path.
-                let key_der = PrivateKeyDer::from_pem_file(key)
+                // The key's contents never reach a message: only its path. The file's bytes
+                // are wiped once parsed (the parsed key goes to rustls, whose copy is its own).
+                let pem = std::fs::read(key)
+                    .map(super::Secret::new)
+                    .map_err(|e| format!("the key file {}: {e}", key.display()))?;
+                let key_der = PrivateKeyDer::from_pem_slice(&pem)
                     .map_err(|e| format!("the key file {}: {e}", key.display()))?;
                 builder.with_client_auth_cert(chain, key_der).map_err(|e| {
                     format!("the key in {} for {}: {e}", key.display(), cert.display())

@@ -323,7 +323,7 @@ impl Core {
             session_id: resume.as_ref().map_or(0, |s| s.id.0),
             passwd: resume
                 .as_ref()
-                .map_or_else(|| vec![0; 16], |s| s.passwd.clone()),
+                .map_or_else(|| Secret::new(vec![0; 16]), |s| s.passwd.clone()),
             read_only: self.config.allow_read_only,
         };
         // The connect request goes alone, as the Java client sends it: a server that refuses
@@ -387,7 +387,7 @@ impl Core {
         // Then, in one write, the credentials and (on a resumed session) the watches to
         // restore. The server answers the credentials at once and the watches through its
         // pipeline, so their answers come in this order.
-        let auth: Vec<(String, Vec<u8>)> = self
+        let auth: Vec<(String, Secret)> = self
             .config
             .auth
             .iter()
@@ -703,7 +703,7 @@ pub(crate) fn close_session(
         last_zxid_seen: 0,
         timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
         session_id: id.0,
-        passwd: passwd.to_vec(),
+        passwd: Secret::new(passwd.to_vec()),
         read_only: false,
     };
     w.write_all(&req.encode())?;

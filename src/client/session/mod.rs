@@ -41,6 +41,7 @@ use super::token::SessionToken;
 use super::touches::{Through, Touches};
 use super::types::{WatchEvent, WatchKind};
 use super::watches::{Registry, WatchType};
+use super::Secret;
 use crate::connect_string::HostPort;
 use crate::error::{Error, Result};
 use crate::session_id::SessionId;
@@ -72,7 +73,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(3);
 pub(crate) struct Session {
     pub id: SessionId,
     pub timeout: Duration,
-    pub passwd: Vec<u8>,
+    pub passwd: Secret,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +109,7 @@ struct Status {
 /// An `add_auth` waiting for the server's answer.
 struct AuthWaiter {
     scheme: String,
-    credentials: Vec<u8>,
+    credentials: Secret,
     answer: Sender<i32>,
 }
 
@@ -154,7 +155,7 @@ pub(crate) struct Core {
     tokens: Mutex<Vec<Weak<SessionToken>>>,
     /// Credentials added at run time (`Client::add_auth`), replayed after the configured
     /// ones on every new connection.
-    added_auth: Mutex<Vec<(String, Vec<u8>)>>,
+    added_auth: Mutex<Vec<(String, Secret)>>,
     /// Callers of `add_auth` waiting for the server's answer on the current connection, in
     /// the order their packets went out, with what they sent.
     auth_waiters: Mutex<std::collections::VecDeque<AuthWaiter>>,
@@ -459,7 +460,7 @@ impl Core {
     #[cfg(feature = "testing")]
     pub fn session_credentials(&self) -> Option<(SessionId, Vec<u8>)> {
         let status = self.status.lock();
-        status.session.as_ref().map(|s| (s.id, s.passwd.clone()))
+        status.session.as_ref().map(|s| (s.id, s.passwd.to_vec()))
     }
 
     /// When waiting for a connection stops making sense: a session timeout after silence
@@ -648,7 +649,7 @@ impl Core {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let waiter = AuthWaiter {
             scheme: scheme.to_owned(),
-            credentials: credentials.to_vec(),
+            credentials: Secret::new(credentials.to_vec()),
             answer: tx,
         };
         // Registered under the writers' lock just before the packet goes: in wire order, and
