@@ -89,6 +89,34 @@ fn a_server_certificate_from_another_ca_fails_connect_with_a_tls_error() {
     assert!(matches!(e, Error::Tls(_)), "{e:?}");
 }
 
+/// A certificate that does not verify on every server of the connect string is not retried
+/// for the whole connection timeout (issue 39, item 5): `connect` returns the TLS error once
+/// every server failed so, here well within a 60 s timeout (it took the whole 60 s).
+#[test]
+fn a_certificate_that_does_not_verify_anywhere_fails_connect_before_its_timeout() {
+    let pki = Pki::new("server side");
+    let server = tls_server(&pki, false);
+    let stranger = Pki::new("stranger");
+    let timeout = Duration::from_secs(60);
+    let began = std::time::Instant::now();
+    let e = Client::builder(&format!(
+        "{},{}",
+        server.connect_string(),
+        server.connect_string()
+    ))
+    .session_timeout(Duration::from_secs(10))
+    .connection_timeout(timeout)
+    .tls(TlsOptions::new(stranger.ca()))
+    .connect()
+    .unwrap_err();
+    assert!(matches!(e, Error::Tls(_)), "{e:?}");
+    assert!(
+        began.elapsed() < timeout / 2,
+        "returned after {:?} of a {timeout:?} timeout",
+        began.elapsed()
+    );
+}
+
 #[test]
 fn unreadable_tls_files_fail_connect_at_once() {
     let e = Client::builder("127.0.0.1:1")

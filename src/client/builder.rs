@@ -147,8 +147,11 @@ impl ClientBuilder {
     /// checked against `options`' certificate authority and the host names of the connect
     /// string, and the client presents its own certificate if `options` name one. The files
     /// are read again on every connection, so rotating them needs no restart. `connect`
-    /// fails with [`Error::Tls`](crate::Error::Tls) at once if they cannot be read, and when
-    /// no server's certificate verified within the connection timeout.
+    /// fails with [`Error::Tls`](crate::Error::Tls) at once if they cannot be read, as soon
+    /// as TLS has failed on every server of the connect string in a row (a certificate that
+    /// does not verify, a refused handshake: waiting does not mend these), and when no
+    /// server's certificate verified within the connection timeout. A client that has been
+    /// connected keeps trying (a certificate may be put right meanwhile).
     #[cfg(feature = "tls")]
     pub fn tls(mut self, options: super::tls::TlsOptions) -> Self {
         self.tls = Some(options);

@@ -132,6 +132,11 @@ impl Core {
         // Spreads clients over the ensemble.
         fastrand::shuffle(&mut hosts);
         let mut failures = 0u32;
+        // TLS failures in a row, and whether this client ever had a connection: one that never
+        // had one and fails TLS on every server stops (a certificate does not verify by
+        // waiting); one that had stays, as a certificate may be put right meanwhile.
+        let mut tls_in_a_row = 0usize;
+        let mut ever_connected = false;
         let mut next = 0usize;
         let mut pinned = None;
         while !self.is_closed() {
@@ -162,6 +167,8 @@ impl Core {
             match self.handshake(&host, addr, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
+                    tls_in_a_row = 0;
+                    ever_connected = true;
                     let served = self.serve(conn, hosts.clone());
                     // The next attempt goes to the server found serving read-write.
                     pinned = served.read_write;
@@ -199,9 +206,20 @@ impl Core {
                         Dial::Tls(why) => {
                             warn!("no TLS connection to {host}: {why}");
                             *self.tls_failure.lock() = Some(why.clone());
+                            tls_in_a_row += 1;
+                            if !ever_connected && tls_in_a_row >= hosts.len() {
+                                warn!(
+                                    "TLS failed on every server before any connection; the \
+                                     client stops connecting"
+                                );
+                                return self.stop_for(Error::Tls(why));
+                            }
                             why
                         }
-                        Dial::Failed(why) => why,
+                        Dial::Failed(why) => {
+                            tls_in_a_row = 0;
+                            why
+                        }
                         Dial::Expired | Dial::AuthFailed => String::new(),
                     };
                     debug!("no connection to {host}: {why}");
