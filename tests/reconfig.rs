@@ -252,7 +252,7 @@ fn a_planted_configuration_with_a_host_that_is_no_host_is_not_followed() {
     follower.exists("/").unwrap();
     assert_eq!(follower.servers(), vec![given.clone()]);
     // And the same text with a proper second host is followed (the test can tell).
-    let proper = planted.replace("evil\u{1b}[31mhost", "localhost");
+    let proper = planted.replace("evil\u{1b}[31mhost:2181", "127.0.0.1:1");
     let (_, now) = writer.data("/zookeeper/config").unwrap();
     writer
         .set_data("/zookeeper/config", proper.as_bytes(), Some(now.version))
@@ -262,4 +262,68 @@ fn a_planted_configuration_with_a_host_that_is_no_host_is_not_followed() {
         "a proper configuration was not followed: {:?}",
         follower.servers()
     );
+}
+
+/// A following client is sent only where its connect string or its allow-list admits
+/// (issue 39, item 4): a configuration that names another server is not followed, and
+/// nothing (no connect request, no session password, no credentials) reaches that server;
+/// allowed by `follow_ensemble_hosts`, the same configuration is followed. The "server" is a
+/// listener of the test's own on another loopback address: nothing of the refused client's
+/// reaches it.
+#[test]
+fn a_configuration_naming_a_server_outside_the_allowed_ones_is_not_followed() {
+    init_logs();
+    let mut options = server_options();
+    options
+        .system_properties
+        .push(("zookeeper.skipACL".into(), "yes".into()));
+    let s = zk_recipes::testing::TestingServer::with_options(options).expect("start ZooKeeper");
+    let given = s.connect_string();
+    let listener = std::net::TcpListener::bind("127.0.0.2:0").expect("a listener");
+    listener.set_nonblocking(true).unwrap();
+    let outside = listener.local_addr().unwrap().to_string();
+    let planted = format!(
+        "server.1=127.0.0.1:2888:3888:participant;{given}\n\
+         server.2=127.0.0.2:2889:3889:participant;{outside}\n\
+         version=100000000\n"
+    );
+    let follower = |allow: &[&str]| {
+        builder(&given)
+            .session_timeout(Duration::from_secs(10))
+            .tick_time(Duration::from_millis(100))
+            .follow_ensemble(true)
+            .follow_ensemble_hosts(allow)
+            .authorization("digest", b"someone:secret".to_vec())
+            .connect()
+            .unwrap()
+    };
+    let refused = follower(&[]);
+    let writer = connect(&given, Duration::from_secs(10));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    refused.data_watch("/zookeeper/config", &tx).unwrap();
+    let (_, before) = writer.data("/zookeeper/config").unwrap();
+    writer
+        .set_data(
+            "/zookeeper/config",
+            planted.as_bytes(),
+            Some(before.version),
+        )
+        .unwrap();
+    rx.recv_timeout(SOON).expect("the node changed");
+    // The janitor decides as its watch fires (see the test above): two round trips more.
+    refused.sync("/").unwrap();
+    refused.exists("/").unwrap();
+    assert_eq!(refused.servers(), vec![given.clone()], "not followed");
+    assert!(
+        listener.accept().is_err(),
+        "the refused client's connection reached the server outside"
+    );
+    // Allowed, the same configuration is followed (the test can tell a refusal).
+    let allowed = follower(&["127.0.0.2"]);
+    assert!(
+        wait_for(SOON, || (allowed.servers().len() == 2).then_some(())).is_some(),
+        "not followed when allowed: {:?}",
+        allowed.servers()
+    );
+    assert_eq!(refused.servers(), vec![given.clone()]);
 }

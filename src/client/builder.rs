@@ -35,6 +35,7 @@ pub struct ClientBuilder {
     /// A session to re-attach to: its id and password.
     resume: Option<(SessionId, super::Secret)>,
     follow_ensemble: bool,
+    follow_hosts: Vec<String>,
     #[cfg(feature = "tls")]
     tls: Option<super::tls::TlsOptions>,
     #[cfg(feature = "sasl")]
@@ -57,6 +58,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("max_request", &self.max_request)
             .field("session", &self.resume.as_ref().map(|(id, _)| *id))
             .field("follow_ensemble", &self.follow_ensemble)
+            .field("follow_hosts", &self.follow_hosts)
             .field("tls", &self.tls_debug())
             .field("sasl_user", &self.sasl_user())
             .finish()
@@ -192,8 +194,25 @@ impl ClientBuilder {
     /// its host list with [`Client::update_hosts`](crate::Client::update_hosts)'s rule,
     /// keeping its session. The connect string then only has to reach the ensemble once.
     /// Off by default.
+    ///
+    /// Whoever can write that node (any user on a server run with `skipACL`, a superuser
+    /// always) names the servers the client dials next, with its session password and
+    /// credentials; so a configuration is followed only if every server it names is a host
+    /// of the connect string (any port), a name in the domain of one of its names
+    /// (`zk1.prod.example.com` admits `*.prod.example.com`), or allowed by
+    /// [`follow_ensemble_hosts`](Self::follow_ensemble_hosts); any other is refused, with a
+    /// warning. Following without TLS is warned about when the client is built: without it,
+    /// nothing checks that a server is the one its name says.
     pub fn follow_ensemble(mut self, follow: bool) -> Self {
         self.follow_ensemble = follow;
+        self
+    }
+
+    /// More servers a client that follows the ensemble may be sent to: host names, `*.domain`
+    /// (any name in it) or `address/prefix` networks (`10.1.0.0/16`, `fd00::/8`). A bad entry
+    /// fails `connect` with `BadArguments`.
+    pub fn follow_ensemble_hosts(mut self, hosts: &[&str]) -> Self {
+        self.follow_hosts = hosts.iter().map(|h| (*h).to_owned()).collect();
         self
     }
 
@@ -207,6 +226,14 @@ impl ClientBuilder {
 
     fn config(&self) -> Result<Config> {
         let connect = ConnectString::parse(&self.connect_string)?;
+        let connect_hosts = connect.hosts.clone();
+        let security = self.security()?;
+        if self.follow_ensemble && matches!(security, super::link::Security::Plain) {
+            log::warn!(
+                "following the ensemble without TLS: nothing checks that a server the \
+                 configuration names is the one its name says"
+            );
+        }
         let sane =
             |d: Duration| d >= Duration::from_millis(100) && d <= Duration::from_secs(86_400);
         if !sane(self.session_timeout) {
@@ -260,8 +287,10 @@ impl ClientBuilder {
             tick_time: self.tick_time,
             max_request: self.max_request,
             resume: self.resume.clone(),
-            security: self.security()?,
+            security,
             follow_ensemble: self.follow_ensemble,
+            follow_rule: super::ensemble::FollowRule::new(&connect_hosts, &self.follow_hosts)
+                .map_err(Error::BadArguments)?,
             #[cfg(feature = "sasl")]
             sasl: self.sasl.clone(),
         })
@@ -357,6 +386,7 @@ impl Client {
             max_request: MAX_REQUEST,
             resume: None,
             follow_ensemble: false,
+            follow_hosts: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "sasl")]

@@ -30,6 +30,8 @@ pub(crate) struct Config {
     pub security: super::link::Security,
     /// Take the servers of the ensemble's configuration as the host list, as it changes.
     pub follow_ensemble: bool,
+    /// Which servers a followed configuration may name.
+    pub follow_rule: super::ensemble::FollowRule,
     /// SASL DIGEST-MD5 on every new connection, before any other request.
     #[cfg(feature = "sasl")]
     pub sasl: Option<super::sasl::SaslCredentials>,

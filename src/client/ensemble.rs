@@ -3,6 +3,8 @@
 //! fair share of the new servers without dropping its session (ZooKeeper's
 //! `StaticHostProvider.updateServerList`).
 
+use std::net::IpAddr;
+
 use crate::connect_string::HostPort;
 
 /// The servers' own node with the ensemble's dynamic configuration (ZooKeeper ≥ 3.5). It lies
@@ -169,9 +171,107 @@ pub(crate) fn plan_move(
     Move::To(if pool.is_empty() { new.to_vec() } else { pool })
 }
 
+/// Which servers a client that follows the ensemble may be sent to. Whoever can write
+/// `/zookeeper/config` (any user under the server's `skipACL`, a superuser always) names the
+/// servers a following client dials, hands its session password and replays its credentials
+/// to; so a configuration is followed only if every server it names is admitted: a host of
+/// the connect string (any port), a name in the domain of one of its names (the name without
+/// its first label, itself of two labels or more: `zk1.prod.example.com` admits
+/// `*.prod.example.com`), or one the user allowed with
+/// [`follow_ensemble_hosts`](crate::ClientBuilder::follow_ensemble_hosts).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FollowRule {
+    seeds: Vec<String>,
+    allowed: Vec<HostPattern>,
+}
+
+/// One entry of [`FollowRule`]'s allow-list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    /// This host.
+    Host(String),
+    /// Any name that ends with `.<domain>`.
+    Domain(String),
+    /// Any address in this network.
+    Net(IpAddr, u8),
+}
+
+impl HostPattern {
+    /// `host`, `*.domain`, or `address/prefix`.
+    fn parse(s: &str) -> Option<HostPattern> {
+        let s = s.trim().to_ascii_lowercase();
+        if let Some(domain) = s.strip_prefix("*.") {
+            return crate::connect_string::valid_host(domain)
+                .then(|| HostPattern::Domain(domain.to_owned()));
+        }
+        if let Some((net, bits)) = s.split_once('/') {
+            let net: IpAddr = net.parse().ok()?;
+            let bits: u8 = bits.parse().ok()?;
+            let most = if net.is_ipv4() { 32 } else { 128 };
+            return (bits <= most).then_some(HostPattern::Net(net, bits));
+        }
+        crate::connect_string::valid_host(&s).then_some(HostPattern::Host(s))
+    }
+
+    fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Host(h) => h == host,
+            HostPattern::Domain(d) => host
+                .strip_suffix(d.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            HostPattern::Net(net, bits) => match (net, host.parse::<IpAddr>()) {
+                (IpAddr::V4(n), Ok(IpAddr::V4(a))) => {
+                    let mask = u32::MAX.checked_shl(32 - u32::from(*bits)).unwrap_or(0);
+                    u32::from(*n) & mask == u32::from(a) & mask
+                }
+                (IpAddr::V6(n), Ok(IpAddr::V6(a))) => {
+                    let mask = u128::MAX.checked_shl(128 - u32::from(*bits)).unwrap_or(0);
+                    u128::from(*n) & mask == u128::from(a) & mask
+                }
+                _ => false,
+            },
+        }
+    }
+}
+
+impl FollowRule {
+    /// The rule for a client given `seeds` (its connect string's hosts) and the user's
+    /// `allowed` entries; an entry that is none of the three forms is refused.
+    pub fn new(seeds: &[HostPort], allowed: &[String]) -> Result<FollowRule, String> {
+        let allowed = allowed
+            .iter()
+            .map(|a| {
+                HostPattern::parse(a).ok_or_else(|| {
+                    format!("{a:?} is not a host, *.domain or address/prefix to follow")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seeds: Vec<String> = seeds.iter().map(|h| h.host.to_ascii_lowercase()).collect();
+        // The seeds' domains, as patterns of their own.
+        let domains: Vec<HostPattern> = seeds
+            .iter()
+            .filter(|s| s.parse::<IpAddr>().is_err())
+            .filter_map(|s| s.split_once('.').map(|(_, d)| d))
+            .filter(|d| d.contains('.'))
+            .map(|d| HostPattern::Domain(d.to_owned()))
+            .collect();
+        seeds.dedup();
+        let mut rule = FollowRule { seeds, allowed };
+        rule.allowed.extend(domains);
+        Ok(rule)
+    }
+
+    /// Whether a configuration may send this client to `host`.
+    pub fn admits(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        self.seeds.contains(&host) || self.allowed.iter().any(|p| p.matches(&host))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connect_string::ConnectString;
 
     fn hosts(ports: &[u16]) -> Vec<HostPort> {
         ports
@@ -260,5 +360,41 @@ mod tests {
             plan_move(&old, &new, Some(&old[0]), 0.9),
             Move::To(new.clone())
         );
+    }
+
+    #[test]
+    fn a_following_client_goes_only_where_its_seeds_or_its_allow_list_admit() {
+        let seeds = ConnectString::parse("zk1.prod.example.com:2181,10.1.2.3:2181")
+            .unwrap()
+            .hosts;
+        let rule = FollowRule::new(&seeds, &[]).unwrap();
+        for yes in ["zk1.prod.example.com", "ZK7.prod.example.com", "10.1.2.3"] {
+            assert!(rule.admits(yes), "{yes}");
+        }
+        for no in [
+            "evil.example.com",
+            "prod.example.com",
+            "zk1.prod.example.com.evil",
+            "xprod.example.com",
+            "10.1.2.4",
+            "127.0.0.1",
+        ] {
+            assert!(!rule.admits(no), "{no}");
+        }
+        let allowed =
+            ["*.dr.example.com", "10.1.0.0/16", "192.168.7.7", "fd00::/8"].map(String::from);
+        let rule = FollowRule::new(&seeds, &allowed).unwrap();
+        for yes in ["a.dr.example.com", "10.1.200.9", "192.168.7.7", "fd00::1"] {
+            assert!(rule.admits(yes), "{yes}");
+        }
+        for no in ["dr.example.com", "10.2.0.1", "192.168.7.8", "fe80::1"] {
+            assert!(!rule.admits(no), "{no}");
+        }
+        for bad in ["a b", "*.", "10.0.0.0/33", "x/8"] {
+            assert!(FollowRule::new(&seeds, &[bad.into()]).is_err(), "{bad}");
+        }
+        // A two-label seed admits no domain (`example.com` would admit all of `.com`'s).
+        let short = ConnectString::parse("example.com:2181").unwrap().hosts;
+        assert!(!FollowRule::new(&short, &[]).unwrap().admits("evil.com"));
     }
 }

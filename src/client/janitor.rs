@@ -318,6 +318,17 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
                         );
                         return Next::Done;
                     };
+                    // Every server it names must be one this client may be sent to.
+                    let rule = &client.core().config.follow_rule;
+                    if let Some(out) = hosts.iter().find(|h| !rule.admits(&h.host)) {
+                        warn!(
+                            "the ensemble's configuration (version {:x}) names {out}, which \
+                             neither the connect string nor follow_ensemble_hosts admits: not \
+                             following it",
+                            config.version
+                        );
+                        return Next::Done;
+                    }
                     let known = client.core().host_list();
                     let same =
                         hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));
