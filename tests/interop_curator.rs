@@ -86,14 +86,7 @@ fn java_security() -> (Vec<String>, String) {
     let jaas = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("interop-jaas-{}.conf", std::process::id()));
     let (user, password) = SECURE_USER;
-    std::fs::write(
-        &jaas,
-        format!(
-            "Client {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  \
-             username=\"{user}\"\n  password=\"{password}\";\n}};\n"
-        ),
-    )
-    .unwrap();
+    write_java_client_jaas(&jaas, user, password);
     let args = vec![
         "-Dzookeeper.client.secure=true".to_string(),
         "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty".into(),

@@ -205,18 +205,24 @@ fn a_configuration_without_every_client_address_is_not_followed() {
     guard.check().expect("the hold survives");
 }
 
+/// A server any client may reconfigure by writing `/zookeeper/config` (`skipACL`): what a
+/// planted configuration needs.
+fn server_anyone_configures() -> zk_recipes::testing::TestingServer {
+    init_logs();
+    let mut options = server_options();
+    options
+        .system_properties
+        .push(("zookeeper.skipACL".into(), "yes".into()));
+    zk_recipes::testing::TestingServer::with_options(options).expect("start ZooKeeper")
+}
+
 /// Whoever may write `/zookeeper/config` (any user under `skipACL`, as here) must not steer a
 /// following client to a "host" that is no host, nor put its text into the client's logs
 /// (issue 39, item 7): a configuration naming one is not followed, and the client keeps the
 /// servers it was given. (It did follow: the list held the planted name.)
 #[test]
 fn a_planted_configuration_with_a_host_that_is_no_host_is_not_followed() {
-    init_logs();
-    let mut options = server_options();
-    options
-        .system_properties
-        .push(("zookeeper.skipACL".into(), "yes".into()));
-    let s = zk_recipes::testing::TestingServer::with_options(options).expect("start ZooKeeper");
+    let s = server_anyone_configures();
     let given = s.connect_string();
     let follower = builder(&given)
         .session_timeout(Duration::from_secs(10))
@@ -272,12 +278,7 @@ fn a_planted_configuration_with_a_host_that_is_no_host_is_not_followed() {
 /// reaches it.
 #[test]
 fn a_configuration_naming_a_server_outside_the_allowed_ones_is_not_followed() {
-    init_logs();
-    let mut options = server_options();
-    options
-        .system_properties
-        .push(("zookeeper.skipACL".into(), "yes".into()));
-    let s = zk_recipes::testing::TestingServer::with_options(options).expect("start ZooKeeper");
+    let s = server_anyone_configures();
     let given = s.connect_string();
     let listener = std::net::TcpListener::bind("127.0.0.2:0").expect("a listener");
     listener.set_nonblocking(true).unwrap();

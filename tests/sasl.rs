@@ -174,14 +174,7 @@ fn java_probe(connect_string: &str, user: &str, password: &str) -> Option<String
         return None;
     }
     let jaas = dir.join(format!("client-{}-{user}.conf", std::process::id()));
-    std::fs::write(
-        &jaas,
-        format!(
-            "Client {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  \
-             username=\"{user}\"\n  password=\"{password}\";\n}};\n"
-        ),
-    )
-    .unwrap();
+    write_java_client_jaas(&jaas, user, password);
     let out = Command::new("java")
         .arg(format!(
             "-Djava.security.auth.login.config={}",

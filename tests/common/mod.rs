@@ -219,3 +219,16 @@ pub fn asleep(name: &str) -> bool {
                 .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
     })
 }
+
+/// Writes a JAAS file at `path` whose `Client` section gives Java's ZooKeeper client `user`
+/// and `password` for SASL DIGEST-MD5 (UTF-8).
+pub fn write_java_client_jaas(path: &std::path::Path, user: &str, password: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "Client {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  \
+             username=\"{user}\"\n  password=\"{password}\";\n}};\n"
+        ),
+    )
+    .expect("a JAAS file");
+}
