@@ -330,3 +330,41 @@ fn zk_lock_speaks_tls_and_sasl() {
         .unwrap();
     assert_eq!(code(&no_password), 64);
 }
+
+/// Issue 39, item 6: `--tls-server-name` is the name the server's certificate must carry
+/// instead of the host dialled: one the certificate lists gets in, one it does not is a TLS
+/// error (`UNAVAILABLE`), at once.
+#[test]
+fn zk_lock_checks_the_server_name_it_is_given() {
+    init_logs();
+    let pki = common::pki::Pki::new("cli-name");
+    let server =
+        zk_recipes::testing::TestingServer::with_options(zk_recipes::testing::ServerOptions {
+            tls: Some(pki.server(false)),
+            ..zk_recipes::testing::ServerOptions::default()
+        })
+        .unwrap();
+    let path = root("cli-server-name");
+    let run = |name: &str| {
+        zk_lock(&server.connect_string())
+            .args(["--tls-ca"])
+            .arg(pki.ca())
+            .args(["--tls-server-name", name, &path, "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let listed = run("localhost");
+    assert_eq!(
+        code(&listed),
+        0,
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let other = run("not-the-server.example");
+    assert_eq!(
+        code(&other),
+        69,
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+}

@@ -86,6 +86,10 @@ struct Cli {
     /// TLS: the private key (PEM) of --tls-cert.
     #[arg(long, env = "ZK_TLS_KEY", global = true, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// TLS: the name every server's certificate must carry, instead of the host dialled (for
+    /// servers reached by address, or behind names their certificates do not list).
+    #[arg(long, env = "ZK_TLS_SERVER_NAME", global = true, requires = "tls_ca")]
+    tls_server_name: Option<String>,
     /// SASL DIGEST-MD5 user. The password comes from --sasl-password-file or the
     /// ZK_SASL_PASSWORD environment variable, never from the command line.
     #[arg(long, env = "ZK_SASL_USER", global = true)]
@@ -203,6 +207,9 @@ fn secured(builder: ClientBuilder, cli: &Cli) -> Result<ClientBuilder, String> {
             let mut tls = TlsOptions::new(ca);
             if let (Some(cert), Some(key)) = (cert, key) {
                 tls = tls.identity(cert, key);
+            }
+            if let Some(name) = &cli.tls_server_name {
+                tls = tls.server_name(name.as_str());
             }
             builder = builder.tls(tls);
         }
