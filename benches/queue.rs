@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use common::driver::Driver;
 use common::figures::*;
+use common::turn::{median_turn, timed, Turn};
 use common::wire::queue as wire;
 use common::*;
 use zk_recipes::queue::DistributedQueue;
@@ -37,13 +38,6 @@ use zk_recipes::Client;
 const ROOT: &str = "/bench/queue";
 /// A work item of a few dozen bytes (a job id and its arguments), on every side.
 const ITEM: &[u8] = b"a work item of a few dozen bytes, as a job id and its args";
-
-/// One turn's figures: items per second, and the client's CPU per item (µs).
-#[derive(Clone, Copy, Default)]
-struct Turn {
-    per_sec: f64,
-    cpu_us: f64,
-}
 
 fn main() {
     let args = args();
@@ -192,18 +186,6 @@ fn result(c: &mut Driver, command: &str) -> Turn {
     }
 }
 
-/// The median of each figure over the turns (zeros for none).
-fn median_turn(turns: &[Turn]) -> Turn {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    Turn {
-        per_sec: median(turns.iter().map(|t| t.per_sec).collect()),
-        cpu_us: median(turns.iter().map(|t| t.cpu_us).collect()),
-    }
-}
-
 /// `count` items in the queue at `dir`, put in batches (untimed).
 fn fill(client: &Client, dir: &str, count: usize) {
     let q = DistributedQueue::new(client, dir).expect("queue");
@@ -280,34 +262,4 @@ fn drain_ours(clients: &[Client], dir: &str, mode: Mode, count: usize) -> Turn {
         })
         .collect();
     timed(threads, &start, &until, &taken, Duration::ZERO)
-}
-
-/// Starts `threads` (waiting at `start`), lets them run (until `run_for` from the start, which
-/// they read from `until`, or until they end), and returns `count` per second of the whole and
-/// the process's CPU per one.
-fn timed(
-    threads: Vec<thread::JoinHandle<()>>,
-    start: &Barrier,
-    until: &std::sync::OnceLock<Instant>,
-    count: &AtomicU64,
-    run_for: Duration,
-) -> Turn {
-    let cpu = process_cpu();
-    let t0 = Instant::now();
-    let _ = until.set(t0 + run_for);
-    start.wait();
-    for t in threads {
-        t.join().expect("a bench thread");
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = process_cpu().saturating_sub(cpu);
-    let n = count.load(Ordering::Relaxed);
-    Turn {
-        per_sec: n as f64 / secs,
-        cpu_us: if n == 0 {
-            0.0
-        } else {
-            cpu.as_secs_f64() * 1e6 / n as f64
-        },
-    }
 }

@@ -25,19 +25,13 @@ use std::time::{Duration, Instant};
 
 use common::driver::Driver;
 use common::figures::*;
+use common::turn::{median_turn, timed, Turn};
 use common::wire::counter as wire;
 use common::*;
 use zk_recipes::atomic::DistributedAtomicLong;
 use zk_recipes::{Client, CreateMode, RetryPolicy};
 
 const ROOT: &str = "/bench/shared";
-
-/// One turn's figures: increments made per second, and the client's CPU per made one (µs).
-#[derive(Clone, Copy)]
-struct Turn {
-    per_sec: f64,
-    cpu_us: f64,
-}
 
 fn main() {
     let args = args();
@@ -160,18 +154,6 @@ fn main() {
     }
 }
 
-/// The median of each figure over the turns (zeros for none).
-fn median_turn(turns: &[Turn]) -> Turn {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    Turn {
-        per_sec: median(turns.iter().map(|t| t.per_sec).collect()),
-        cpu_us: median(turns.iter().map(|t| t.cpu_us).collect()),
-    }
-}
-
 /// Our contenders, one per client (each its own session and thread), increment the counter at
 /// `path` for `run_for`.
 fn increments_ours(clients: &[Client], path: &str, run_for: Duration) -> Turn {
@@ -195,22 +177,5 @@ fn increments_ours(clients: &[Client], path: &str, run_for: Duration) -> Turn {
             })
         })
         .collect();
-    let cpu = process_cpu();
-    let t0 = Instant::now();
-    let _ = until.set(t0 + run_for);
-    start.wait();
-    for t in threads {
-        t.join().expect("contender");
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = process_cpu().saturating_sub(cpu);
-    let n = made.load(Ordering::Relaxed);
-    Turn {
-        per_sec: n as f64 / secs,
-        cpu_us: if n == 0 {
-            0.0
-        } else {
-            cpu.as_secs_f64() * 1e6 / n as f64
-        },
-    }
+    timed(threads, &start, &until, &made, run_for)
 }

@@ -514,9 +514,19 @@ fn on_one_shot_watches_a_listing_due_when_a_read_times_out_is_made_later() {
     let cache = CuratorCache::new(&client, root, CacheOptions::new().one_shot_watches()).unwrap();
     cache.start().unwrap();
     assert!(cache.wait_current(SOON));
-    let held = f.proxy.held_requests();
+    let sent = client.metrics().requests;
+    // Every request held from here: the cache's read of a first change waits for its
+    // step's deadline (10 s), and meanwhile both events of the transaction below queue up,
+    // so that its next look takes them together.
     f.proxy.hold_requests();
-    // One transaction: both events reach the cache together (one look).
+    writer
+        .set_data(&format!("{root}/x"), b"first", None)
+        .unwrap();
+    assert!(
+        wait_for(SOON, || (client.metrics().requests > sent).then_some(())).is_some(),
+        "the cache never read the first change"
+    );
+    // One transaction: a child made and a node changed.
     writer
         .multi(&[
             zk_recipes::Op::Create {
@@ -531,12 +541,17 @@ fn on_one_shot_watches_a_listing_due_when_a_read_times_out_is_made_later() {
             },
         ])
         .unwrap();
+    // The second look (both events, its read held too) times out in turn; the third look's
+    // read is the sign, some 20 s in, short of the client's read timeout (two thirds of the
+    // 40 s session), so the connection stays up all along.
     assert!(
-        wait_for(SOON, || (f.proxy.held_requests() > held).then_some(())).is_some(),
-        "the cache never read again"
+        wait_for(Duration::from_secs(40), || {
+            (client.metrics().requests >= sent + 3).then_some(())
+        })
+        .is_some(),
+        "the cache did not look three times"
     );
-    // The fault's length: past the cache's step (10 s), short of the client's read timeout.
-    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(client.metrics().suspensions, 0, "the connection went down");
     f.proxy.heal();
     assert!(
         converges(&cache, &writer, root),

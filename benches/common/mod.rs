@@ -6,6 +6,7 @@ pub mod driver;
 pub mod figures;
 pub mod heap;
 pub mod shared_floor;
+pub mod turn;
 pub mod wire;
 pub mod zkc;
 
