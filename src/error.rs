@@ -178,6 +178,13 @@ pub enum Error {
     /// (from `connect`) no server whose certificate verified within the connection timeout.
     /// The message names files by path only, never their contents.
     Tls(String),
+    /// Kerberos (SASL GSSAPI, feature `gssapi`) could not authenticate this client, and
+    /// retrying would not mend it: its own credentials (no ticket, an expired one, a keytab
+    /// that cannot be read or holds no key for the principal, a principal the KDC does not
+    /// know), the server's principal (unknown to the KDC), or a server that did not prove it
+    /// holds that principal's key. The client stops. The message is GSSAPI's, with the
+    /// principals and files it concerns; it never holds a key or ticket.
+    Kerberos(String),
     /// The client (or the recipe) has been closed; nothing more can be done with it.
     Closed,
     /// A recipe was used in a way its protocol forbids (for example releasing a lock from a
@@ -319,6 +326,7 @@ impl fmt::Display for Error {
             ),
             Error::Protocol(msg) => write!(f, "ZooKeeper protocol error: {msg}"),
             Error::Tls(why) => write!(f, "TLS: {why}"),
+            Error::Kerberos(why) => write!(f, "Kerberos: {why}"),
             Error::Closed => write!(f, "the client or recipe has been closed"),
             Error::IllegalState(msg) => write!(f, "{msg}"),
             Error::OutcomeUnknown { path } => write!(

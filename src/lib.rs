@@ -49,6 +49,8 @@ pub mod shared;
 pub mod testing;
 mod trace;
 
+#[cfg(feature = "gssapi")]
+pub use client::GssapiOptions;
 #[cfg(feature = "tls")]
 pub use client::TlsOptions;
 pub use client::{

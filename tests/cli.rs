@@ -286,6 +286,7 @@ fn zk_lock_speaks_tls_and_sasl() {
             sasl: Some(zk_recipes::testing::ServerSasl {
                 users: vec![("cron".into(), "cron's pw".into())],
                 required: true,
+                kerberos: None,
             }),
             ..zk_recipes::testing::ServerOptions::default()
         })
@@ -333,9 +334,10 @@ fn zk_lock_speaks_tls_and_sasl() {
 
 /// Issue 39, item 6: `--tls-server-name` is the name the server's certificate must carry
 /// instead of the host dialled: one the certificate lists gets in, one it does not is a TLS
-/// error (`UNAVAILABLE`), at once.
+/// error (`UNAVAILABLE`), at once. An encrypted key opens with its password; a CRL that
+/// revokes the server's certificate refuses it.
 #[test]
-fn zk_lock_checks_the_server_name_it_is_given() {
+fn zk_lock_takes_the_tls_settings_java_users_bring() {
     init_logs();
     let pki = common::pki::Pki::new("cli-name");
     let server =
@@ -366,5 +368,139 @@ fn zk_lock_checks_the_server_name_it_is_given() {
         69,
         "{}",
         String::from_utf8_lossy(&other.stderr)
+    );
+    // --tls-key-password-file: an encrypted client key, its password from the environment
+    // too, which the command does not get.
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, encrypted) = (
+        dir.path().join("c.pem"),
+        dir.path().join("c.key"),
+        dir.path().join("c.enc.key"),
+    );
+    pki.write_client("cli", &cert, &key);
+    let status = Command::new("openssl")
+        .args([
+            "pkcs8",
+            "-topk8",
+            "-v2",
+            "aes-256-cbc",
+            "-passout",
+            "pass:kpw",
+            "-in",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&encrypted)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let with_key = zk_lock(&server.connect_string())
+        .args(["--tls-ca"])
+        .arg(pki.ca())
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&encrypted)
+        .args([
+            &path,
+            "--",
+            "sh",
+            "-c",
+            "echo ${ZK_TLS_KEY_PASSWORD:-unset}",
+        ])
+        .env("ZK_TLS_KEY_PASSWORD", "kpw")
+        .output()
+        .unwrap();
+    assert_eq!(
+        code(&with_key),
+        0,
+        "{}",
+        String::from_utf8_lossy(&with_key.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&with_key.stdout).trim(), "unset");
+    let wrong = zk_lock(&server.connect_string())
+        .args(["--tls-ca"])
+        .arg(pki.ca())
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&encrypted)
+        .args([&path, "--", "true"])
+        .env("ZK_TLS_KEY_PASSWORD", "not it")
+        .output()
+        .unwrap();
+    assert_ne!(code(&wrong), 0);
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("decrypt"));
+
+    // --tls-crl: a CRL that revokes the server's certificate refuses it, at once.
+    let crl = tempfile::NamedTempFile::new().unwrap();
+    pki.write_crl(crl.path(), &[common::pki::SERVER_SERIAL], 1);
+    let revoked = zk_lock(&server.connect_string())
+        .args(["--tls-ca"])
+        .arg(pki.ca())
+        .args(["--tls-crl"])
+        .arg(crl.path())
+        .args([&path, "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&revoked.stderr);
+    assert_eq!(code(&revoked), 69, "{stderr}");
+    assert!(stderr.to_lowercase().contains("revoked"), "{stderr}");
+}
+
+/// Issue 39, item 1: zk-lock with Kerberos, from a keytab; with no credentials it fails at
+/// once with the cause, not after the connection timeout.
+#[test]
+fn zk_lock_speaks_kerberos() {
+    let server = kerberos_server();
+    let name = format!("cron-{}", std::process::id());
+    let keytab = realm().kdc.add_principal(&name).unwrap();
+    let path = root("cli-kerberos");
+    let ok = zk_lock(&server.connect_string())
+        .args(["--kerberos-principal", &name, "--kerberos-keytab"])
+        .arg(&keytab)
+        .args([&path, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&ok), 0, "{}", String::from_utf8_lossy(&ok.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let none = zk_lock(&server.connect_string())
+        .args(["--kerberos-ccache"])
+        .arg(format!("FILE:{}", dir.path().join("none").display()))
+        .args([&path, "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(code(&none), 70, "{stderr}");
+    assert!(stderr.contains("Kerberos"), "{stderr}");
+}
+
+/// Issue 39, item 4: zk-lock follows the ensemble only where it is told it may; a bad
+/// allow-list entry, or a TLS port without TLS, is a usage error before anything is dialled.
+#[test]
+fn zk_lock_follows_the_ensemble_within_its_allow_list() {
+    let server = server();
+    let path = root("cli-follow");
+    let run = |args: &[&str]| {
+        zk_lock(&server.connect_string())
+            .args(args)
+            .args([&path, "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let ok = run(&[
+        "--follow-ensemble",
+        "--follow-host",
+        "*.zk.example.com,10.1.0.0/16",
+    ]);
+    assert_eq!(code(&ok), 0, "{}", String::from_utf8_lossy(&ok.stderr));
+    let bad = run(&["--follow-ensemble", "--follow-host", "not a host"]);
+    assert_eq!(code(&bad), 64, "{}", String::from_utf8_lossy(&bad.stderr));
+    let no_tls = run(&["--follow-ensemble", "--follow-secure-port", "2281"]);
+    assert_eq!(
+        code(&no_tls),
+        64,
+        "{}",
+        String::from_utf8_lossy(&no_tls.stderr)
     );
 }

@@ -379,6 +379,7 @@ fn a_tls_only_sasl_enforcing_ensemble_keeps_a_hold_through_a_member_loss() {
         sasl: Some(zk_recipes::testing::ServerSasl {
             users: vec![("ops".into(), "ops pw".into())],
             required: true,
+            kerberos: None,
         }),
         ..ServerOptions::default()
     };

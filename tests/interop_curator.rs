@@ -79,7 +79,24 @@ fn driver() -> Option<&'static PathBuf> {
 /// SASL-requiring server: Netty with TLS (PEM trust store, as `ZKClientConfig` reads it from
 /// system properties) and a JAAS `Client` section with the suite's SASL user; and the Netty
 /// jars it needs on its classpath.
+/// In Kerberos mode (`ZKR_TEST_KERBEROS=1`), a JAAS `Client` section with the suite's
+/// principal and keytab, and the realm's configuration.
 fn java_security() -> (Vec<String>, String) {
+    if let Some(k) = kerberos() {
+        let jaas = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("interop-krb5-jaas-{}.conf", std::process::id()));
+        write_java_kerberos_jaas(&jaas, KERBEROS_CLIENT, &k.keytab);
+        let mut args = vec![
+            format!("-Djava.security.krb5.conf={}", k.kdc.krb5_conf().display()),
+            format!("-Djava.security.auth.login.config={}", jaas.display()),
+        ];
+        let mut netty = String::new();
+        if let Some(secure) = secure() {
+            args.extend(java_tls(secure));
+            netty = zk_recipes::testing::netty_classpath();
+        }
+        return (args, netty);
+    }
     let Some(secure) = secure() else {
         return (Vec::new(), String::new());
     };
@@ -87,7 +104,18 @@ fn java_security() -> (Vec<String>, String) {
         .join(format!("interop-jaas-{}.conf", std::process::id()));
     let (user, password) = SECURE_USER;
     write_java_client_jaas(&jaas, user, password);
-    let args = vec![
+    let mut args = java_tls(secure);
+    args.push(format!(
+        "-Djava.security.auth.login.config={}",
+        jaas.display()
+    ));
+    let netty = zk_recipes::testing::netty_classpath();
+    (args, netty)
+}
+
+/// The Java client's TLS settings for the suite's servers.
+fn java_tls(secure: &Secure) -> Vec<String> {
+    vec![
         "-Dzookeeper.client.secure=true".to_string(),
         "-Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty".into(),
         format!(
@@ -95,10 +123,7 @@ fn java_security() -> (Vec<String>, String) {
             secure.pki.ca().display()
         ),
         "-Dzookeeper.ssl.trustStore.type=PEM".into(),
-        format!("-Djava.security.auth.login.config={}", jaas.display()),
-    ];
-    let netty = zk_recipes::testing::netty_classpath();
-    (args, netty)
+    ]
 }
 
 /// One Java process holding a Curator lock.

@@ -328,3 +328,108 @@ fn a_configuration_naming_a_server_outside_the_allowed_ones_is_not_followed() {
     );
     assert_eq!(refused.servers(), vec![given.clone()]);
 }
+
+/// Issue 39, item 3: ZooKeeper's dynamic configuration publishes each member's plaintext
+/// client port only (`secureClientPort` stays static), so a TLS client that took the
+/// configuration as it reads dropped its working connection for ports that cannot speak TLS,
+/// on every reconfiguration. Here the members serve TLS on one port and plaintext on the
+/// published one; the client follows a growth and a shrink on their TLS ports, with at most
+/// one move (a suspension, then a reconnection on the same session) per change, and keeps
+/// its session and its hold.
+#[test]
+fn a_tls_client_follows_a_tls_ensemble_on_its_tls_ports() {
+    init_logs();
+    let pki = common::pki::Pki::new("reconfig-tls");
+    let options = ServerOptions {
+        tls: Some(pki.server(false)),
+        ..ServerOptions::default()
+    };
+    let cluster = TestingCluster::reconfigurable(3, 1, options).unwrap();
+    cluster.wait_for_leader(SOON).expect("a leader");
+    let tls = |b: zk_recipes::ClientBuilder| {
+        b.tls(zk_recipes::TlsOptions::new(pki.ca()))
+            .session_timeout(Duration::from_secs(10))
+            .tick_time(Duration::from_millis(100))
+    };
+    let seeds = (0..3)
+        .map(|i| cluster.addr(i).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    // Each member's TLS port, by the plaintext port the configuration publishes for it.
+    let tls_ports: std::collections::HashMap<u16, u16> = (0..4)
+        .map(|i| (cluster.published_port(i), cluster.addr(i).port()))
+        .collect();
+    assert!(tls_ports.iter().all(|(plain, tls)| plain != tls));
+    let follower = tls(zk_recipes::Client::builder(&seeds))
+        .follow_ensemble(true)
+        .follow_ensemble_secure_port_with(move |_, published| tls_ports.get(&published).copied())
+        .connect()
+        .unwrap();
+    let admin = tls(zk_recipes::Client::builder(&cluster.addr(2).to_string()))
+        .connect()
+        .unwrap();
+    let id = follower.session_id();
+    let path = root("following-tls");
+    let mutex = InterProcessMutex::new(&follower, &path).unwrap();
+    let guard = mutex.try_acquire_for(SOON).unwrap().expect("the lock");
+    let suspended_before = follower.metrics().suspensions;
+    let tls_addrs = |ids: &[usize]| {
+        let mut v: Vec<String> = ids.iter().map(|&i| cluster.addr(i).to_string()).collect();
+        v.sort();
+        v
+    };
+    let follows = |want: Vec<String>| {
+        wait_for(SOON, || {
+            let mut now = follower.servers();
+            now.sort();
+            (now == want).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the client did not take up {want:?} (it has {:?})",
+                follower.servers()
+            )
+        })
+    };
+
+    cluster.start_member(3).unwrap();
+    admin
+        .reconfig(&[&cluster.member_spec(3)], &[], None)
+        .unwrap();
+    follows(tls_addrs(&[0, 1, 2, 3]));
+    remove_members(&admin, &[4]);
+    follows(tls_addrs(&[0, 1, 2]));
+    follower.sync(&path).unwrap();
+    assert_eq!(follower.session_id(), id, "the same session");
+    guard.check().expect("the hold survives");
+    let suspensions = follower.metrics().suspensions - suspended_before;
+    assert!(
+        suspensions <= 2,
+        "{suspensions} suspensions over two configuration changes"
+    );
+}
+
+/// A TLS client that follows the ensemble must know the servers' TLS port: with a connect
+/// string whose servers name different ports and no rule, `connect` says so.
+#[test]
+fn following_with_tls_and_no_tls_port_to_be_had_is_refused_at_connect() {
+    let pki = common::pki::Pki::new("reconfig-tls-refused");
+    let refused = zk_recipes::Client::builder("127.0.0.1:2281,127.0.0.2:2282")
+        .tls(zk_recipes::TlsOptions::new(pki.ca()))
+        .follow_ensemble(true)
+        .connect();
+    match refused {
+        Err(zk_recipes::Error::BadArguments(why)) => {
+            assert!(why.contains("follow_ensemble_secure_port"), "{why}")
+        }
+        other => panic!("expected BadArguments, got {other:?}"),
+    }
+    let plain = zk_recipes::Client::builder("127.0.0.1:2281")
+        .follow_ensemble(true)
+        .follow_ensemble_secure_port(2281)
+        .connect();
+    assert!(
+        matches!(plain, Err(zk_recipes::Error::BadArguments(_))),
+        "{plain:?}"
+    );
+}

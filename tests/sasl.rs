@@ -15,6 +15,7 @@ fn sasl_server() -> TestingServer {
         sasl: Some(ServerSasl {
             users: vec![("bob".into(), "bob's secret".into())],
             required: true,
+            kerberos: None,
         }),
         ..ServerOptions::default()
     })
@@ -38,6 +39,7 @@ fn server_options_never_show_a_password() {
         sasl: Some(ServerSasl {
             users: vec![("bob".into(), "bob's secret".into())],
             required: true,
+            kerberos: None,
         }),
         ..ServerOptions::default()
     };
@@ -112,6 +114,7 @@ fn sasl_over_tls() {
         sasl: Some(ServerSasl {
             users: vec![("bob".into(), "pw".into())],
             required: true,
+            kerberos: None,
         }),
         tls: Some(pki.server(false)),
         ..ServerOptions::default()
@@ -206,6 +209,7 @@ fn names_and_passwords_beyond_ascii_get_in_as_with_java() {
                 .map(|(u, p)| ((*u).into(), (*p).into()))
                 .collect(),
             required: true,
+            kerberos: None,
         }),
         system_properties: vec![("file.encoding".into(), "UTF-8".into())],
         ..ServerOptions::default()

@@ -238,3 +238,224 @@ fn a_tls13_server_that_needs_a_client_certificate_refuses_with_a_tls_error() {
     let e = tls_client(&server, TlsOptions::new(pki.ca())).unwrap_err();
     assert!(matches!(e, Error::Tls(_)), "{e:?}");
 }
+
+/// Issue 39, item 6: a CRL file. A CRL of the servers' CA that revokes another certificate
+/// lets the client in; one that revokes the server's refuses it at `connect` with a TLS error
+/// naming the revocation; a CRL file that is no CRL is an error at once. The file is read on
+/// every connection: published in place, the revoking CRL refuses the next connection.
+#[test]
+fn a_crl_that_revokes_the_servers_certificate_refuses_it() {
+    let pki = Pki::new("crl");
+    let server = tls_server(&pki, false);
+    let dir = tempfile::tempdir().unwrap();
+    let crl = dir.path().join("ca.crl");
+    pki.write_crl(&crl, &[0x77], 1);
+    let proxy = zk_recipes::testing::FaultProxy::start(server.addr()).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .tick_time(server.tick_time())
+        .connection_timeout(Duration::from_secs(10))
+        .tls(TlsOptions::new(pki.ca()).crls(&crl))
+        .connect()
+        .expect("a server whose certificate is not revoked");
+    client.exists("/").unwrap();
+
+    let revoking = dir.path().join("revoking.crl");
+    pki.write_crl(&revoking, &[0x77, common::pki::SERVER_SERIAL], 2);
+    match tls_client(&server, TlsOptions::new(pki.ca()).crls(&revoking)) {
+        Err(Error::Tls(why)) => assert!(why.to_lowercase().contains("revoked"), "{why}"),
+        other => panic!("a revoked server certificate was taken: {other:?}"),
+    }
+    let not_a_crl = dir.path().join("not.crl");
+    std::fs::write(&not_a_crl, "no CRL here\n").unwrap();
+    match tls_client(&server, TlsOptions::new(pki.ca()).crls(&not_a_crl)) {
+        Err(Error::Tls(why)) => assert!(why.contains("not.crl"), "{why}"),
+        other => panic!("expected a TLS error for the CRL file, got {other:?}"),
+    }
+
+    // The revoking CRL published where the connected client reads its CRLs: its next
+    // connection is refused (it keeps trying, as a client that has been connected does).
+    std::fs::copy(&revoking, &crl).unwrap();
+    let events = client.subscribe();
+    let before = proxy.accepted();
+    proxy.cut();
+    // Two connections after the cut: the first was refused, or there would be no second.
+    wait_for(SOON, || (proxy.accepted() >= before + 2).then_some(()))
+        .expect("the client dials again");
+    while let Some(e) = events.try_recv() {
+        assert_ne!(
+            e.state,
+            zk_recipes::ConnectionState::Reconnected,
+            "reconnected to a revoked server"
+        );
+    }
+    assert!(client
+        .with_timeout(Duration::from_millis(200))
+        .exists("/")
+        .is_err());
+}
+
+/// Issue 39, item 6: an encrypted private key (PKCS#8 with PBES2, as `openssl pkcs8 -topk8`
+/// writes it and ZooKeeper's Java client opens it with `ssl.keyStore.password`) presents the
+/// client's certificate to a server that needs one; a wrong password is a TLS error at once,
+/// naming the file, and the password shows nowhere in `Debug`.
+#[test]
+fn an_encrypted_client_key_opens_with_its_password() {
+    let pki = Pki::new("encrypted-key");
+    let server = tls_server(&pki, true);
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, encrypted) = (
+        dir.path().join("me.pem"),
+        dir.path().join("me.key"),
+        dir.path().join("me.enc.key"),
+    );
+    pki.write_client("encrypted", &cert, &key);
+    let status = std::process::Command::new("openssl")
+        .args([
+            "pkcs8",
+            "-topk8",
+            "-v2",
+            "aes-256-cbc",
+            "-passout",
+            "pass:s3cret pw",
+            "-in",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&encrypted)
+        .status()
+        .expect("openssl (apt-get install openssl)");
+    assert!(status.success());
+    assert!(std::fs::read_to_string(&encrypted)
+        .unwrap()
+        .contains("ENCRYPTED PRIVATE KEY"));
+    let options = TlsOptions::new(pki.ca()).identity_encrypted(&cert, &encrypted, "s3cret pw");
+    assert!(!format!("{options:?}").contains("s3cret"));
+    let client = tls_client(&server, options).expect("in with the decrypted key");
+    let who = client.who_am_i().unwrap();
+    assert!(
+        who.iter()
+            .any(|i| i.scheme == "x509" && i.user.contains("encrypted")),
+        "{who:?}"
+    );
+    match tls_client(
+        &server,
+        TlsOptions::new(pki.ca()).identity_encrypted(&cert, &encrypted, "not it"),
+    ) {
+        Err(Error::Tls(why)) => {
+            assert!(
+                why.contains("me.enc.key") && why.contains("decrypt"),
+                "{why}"
+            )
+        }
+        other => panic!("a wrong password opened the key: {other:?}"),
+    }
+}
+
+/// Issue 39, item 6: PKCS#12 stores as Java users bring them: a trust store made by
+/// `keytool`, and key stores made by OpenSSL in its default (PBES2, AES-256) and in the older
+/// PBE-SHA1-3DES scheme. Each gets the client in to a server that needs a client certificate,
+/// named by it; a wrong password is a TLS error at once, naming the store.
+#[test]
+fn pkcs12_key_and_trust_stores_open_with_their_passwords() {
+    let pki = Pki::new("pkcs12");
+    let server = tls_server(&pki, true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n);
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let p = |n: &str| path(n).display().to_string();
+    run(
+        "keytool",
+        &[
+            "-importcert",
+            "-noprompt",
+            "-storetype",
+            "PKCS12",
+            "-alias",
+            "zk-ca",
+            "-keystore",
+            &p("trust.p12"),
+            "-storepass",
+            "trust pw",
+            "-file",
+            &pki.ca().display().to_string(),
+        ],
+    );
+    pki.write_client("p12-client", &path("me.pem"), &path("me.key"));
+    run(
+        "openssl",
+        &[
+            "pkcs12",
+            "-export",
+            "-in",
+            &p("me.pem"),
+            "-inkey",
+            &p("me.key"),
+            "-name",
+            "me",
+            "-passout",
+            "pass:key pw",
+            "-out",
+            &p("me.p12"),
+        ],
+    );
+    run(
+        "openssl",
+        &[
+            "pkcs12",
+            "-export",
+            "-in",
+            &p("me.pem"),
+            "-inkey",
+            &p("me.key"),
+            "-name",
+            "me",
+            "-passout",
+            "pass:key pw",
+            "-keypbe",
+            "PBE-SHA1-3DES",
+            "-certpbe",
+            "PBE-SHA1-3DES",
+            "-macalg",
+            "sha1",
+            "-out",
+            &p("me-3des.p12"),
+        ],
+    );
+    for key_store in ["me.p12", "me-3des.p12"] {
+        let options = TlsOptions::pkcs12_trust_store(path("trust.p12"), "trust pw")
+            .identity_pkcs12(path(key_store), "key pw");
+        assert!(!format!("{options:?}").contains("pw\""), "{options:?}");
+        let client =
+            tls_client(&server, options).unwrap_or_else(|e| panic!("in with {key_store}: {e}"));
+        let who = client.who_am_i().unwrap();
+        assert!(
+            who.iter()
+                .any(|i| i.scheme == "x509" && i.user.contains("p12-client")),
+            "{key_store}: {who:?}"
+        );
+    }
+    let wrong = TlsOptions::pkcs12_trust_store(path("trust.p12"), "trust pw")
+        .identity_pkcs12(path("me.p12"), "not it");
+    match tls_client(&server, wrong) {
+        Err(Error::Tls(why)) => assert!(why.contains("me.p12"), "{why}"),
+        other => panic!("a wrong password opened the key store: {other:?}"),
+    }
+    match tls_client(
+        &server,
+        TlsOptions::pkcs12_trust_store(path("trust.p12"), "nope"),
+    ) {
+        Err(Error::Tls(why)) => assert!(why.contains("trust.p12"), "{why}"),
+        other => panic!("a wrong password opened the trust store: {other:?}"),
+    }
+}

@@ -86,10 +86,23 @@ struct Cli {
     /// TLS: the private key (PEM) of --tls-cert.
     #[arg(long, env = "ZK_TLS_KEY", global = true, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// TLS: a file whose first line is the password of an encrypted --tls-key (PKCS#8); or
+    /// the ZK_TLS_KEY_PASSWORD environment variable. Never on the command line.
+    #[arg(
+        long,
+        env = "ZK_TLS_KEY_PASSWORD_FILE",
+        global = true,
+        requires = "tls_key"
+    )]
+    tls_key_password_file: Option<std::path::PathBuf>,
     /// TLS: the name every server's certificate must carry, instead of the host dialled (for
     /// servers reached by address, or behind names their certificates do not list).
     #[arg(long, env = "ZK_TLS_SERVER_NAME", global = true, requires = "tls_ca")]
     tls_server_name: Option<String>,
+    /// TLS: a PEM file of certificate revocation lists; servers whose certificate they revoke
+    /// are refused (read again on every connection).
+    #[arg(long, env = "ZK_TLS_CRL", global = true, requires = "tls_ca")]
+    tls_crl: Option<std::path::PathBuf>,
     /// SASL DIGEST-MD5 user. The password comes from --sasl-password-file or the
     /// ZK_SASL_PASSWORD environment variable, never from the command line.
     #[arg(long, env = "ZK_SASL_USER", global = true)]
@@ -102,6 +115,92 @@ struct Cli {
         requires = "sasl_user"
     )]
     sasl_password_file: Option<std::path::PathBuf>,
+    /// Kerberos (SASL GSSAPI): authenticate with the default ticket cache's tickets (what
+    /// `kinit` made). Any other --kerberos-* flag turns it on too.
+    #[cfg(feature = "gssapi")]
+    #[arg(long, env = "ZK_KERBEROS", global = true, conflicts_with = "sasl_user")]
+    kerberos: bool,
+    /// Kerberos: this client's principal (`user@REALM`); default: the ticket cache's, or the
+    /// keytab's first.
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_PRINCIPAL",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_principal: Option<String>,
+    /// Kerberos: get tickets from this keytab (renewed for as long as the command runs).
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_KEYTAB",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_keytab: Option<std::path::PathBuf>,
+    /// Kerberos: the ticket cache to use instead of the default one (`FILE:/tmp/krb5cc_x`).
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_CCACHE",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_ccache: Option<String>,
+    /// Kerberos: the servers' service name, `zookeeper` unless they run as another (Java's
+    /// zookeeper.sasl.client.username).
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_SERVICE",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_service: Option<String>,
+    /// Kerberos: the servers' whole principal, for servers that share one (Java's
+    /// zookeeper.server.principal).
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_SERVER_PRINCIPAL",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_server_principal: Option<String>,
+    /// Kerberos: name the server's principal by the host as dialled, not canonicalized
+    /// (Java's zookeeper.sasl.client.canonicalize.hostname=false).
+    #[cfg(feature = "gssapi")]
+    #[arg(
+        long,
+        env = "ZK_KERBEROS_NO_CANONICALIZE",
+        global = true,
+        conflicts_with = "sasl_user"
+    )]
+    kerberos_no_canonicalize: bool,
+    /// Follow the ensemble as its membership changes (ZooKeeper ≥ 3.5, `/zookeeper/config`):
+    /// only to servers of --connect's hosts, their domains, or --follow-host.
+    #[arg(long, env = "ZK_FOLLOW_ENSEMBLE", global = true)]
+    follow_ensemble: bool,
+    /// More servers a followed configuration may name: a host, `*.domain` or
+    /// `address/prefix` (repeatable; ZK_FOLLOW_HOSTS takes them comma-separated).
+    #[arg(
+        long = "follow-host",
+        env = "ZK_FOLLOW_HOSTS",
+        value_delimiter = ',',
+        global = true,
+        requires = "follow_ensemble"
+    )]
+    follow_hosts: Vec<String>,
+    /// With TLS, the port the followed servers serve TLS on (default: the one port every
+    /// --connect server names).
+    #[arg(
+        long,
+        env = "ZK_FOLLOW_SECURE_PORT",
+        global = true,
+        requires = "follow_ensemble"
+    )]
+    follow_secure_port: Option<u16>,
     /// Grace period between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_parser = duration, default_value = "5s")]
     kill_after: Duration,
@@ -176,13 +275,20 @@ fn main() -> ExitCode {
             "no ZooKeeper given: use --connect HOSTS or set ZK_CONNECT",
         );
     };
-    let builder = match secured(
-        Client::builder(&connect)
-            .session_timeout(cli.session_timeout)
-            .tick_time(cli.tick_time)
-            .connection_timeout(Duration::from_secs(10)),
-        &cli,
-    ) {
+    let mut builder = Client::builder(&connect)
+        .session_timeout(cli.session_timeout)
+        .tick_time(cli.tick_time)
+        .connection_timeout(Duration::from_secs(10));
+    if cli.follow_ensemble {
+        let allowed: Vec<&str> = cli.follow_hosts.iter().map(String::as_str).collect();
+        builder = builder
+            .follow_ensemble(true)
+            .follow_ensemble_hosts(&allowed);
+        if let Some(port) = cli.follow_secure_port {
+            builder = builder.follow_ensemble_secure_port(port);
+        }
+    }
+    let builder = match secured(builder, &cli) {
         Ok(b) => b,
         Err(why) => return fail(code::USAGE, why),
     };
@@ -206,10 +312,16 @@ fn secured(builder: ClientBuilder, cli: &Cli) -> Result<ClientBuilder, String> {
         (Some(ca), cert, key) => {
             let mut tls = TlsOptions::new(ca);
             if let (Some(cert), Some(key)) = (cert, key) {
-                tls = tls.identity(cert, key);
+                tls = match key_password(cli)? {
+                    Some(password) => tls.identity_encrypted(cert, key, &password),
+                    None => tls.identity(cert, key),
+                };
             }
             if let Some(name) = &cli.tls_server_name {
                 tls = tls.server_name(name.as_str());
+            }
+            if let Some(crl) = &cli.tls_crl {
+                tls = tls.crls(crl);
             }
             builder = builder.tls(tls);
         }
@@ -230,7 +342,57 @@ fn secured(builder: ClientBuilder, cli: &Cli) -> Result<ClientBuilder, String> {
         };
         builder = builder.sasl_digest(user, &password);
     }
+    #[cfg(feature = "gssapi")]
+    if let Some(gssapi) = kerberos(cli) {
+        builder = builder.sasl_gssapi(gssapi);
+    }
     Ok(builder)
+}
+
+/// The password of an encrypted TLS key: from its file, else the environment, if either.
+fn key_password(cli: &Cli) -> Result<Option<zeroize::Zeroizing<String>>, String> {
+    if let Some(file) = &cli.tls_key_password_file {
+        let text = std::fs::read_to_string(file)
+            .map(zeroize::Zeroizing::new)
+            .map_err(|e| format!("the TLS key password file {}: {e}", file.display()))?;
+        let first = text.lines().next().unwrap_or_default();
+        return Ok(Some(zeroize::Zeroizing::new(first.to_owned())));
+    }
+    Ok(std::env::var("ZK_TLS_KEY_PASSWORD")
+        .ok()
+        .map(zeroize::Zeroizing::new))
+}
+
+/// The Kerberos settings the flags give, if any flag asks for Kerberos.
+#[cfg(feature = "gssapi")]
+fn kerberos(cli: &Cli) -> Option<zk_recipes::GssapiOptions> {
+    let on = cli.kerberos
+        || cli.kerberos_principal.is_some()
+        || cli.kerberos_keytab.is_some()
+        || cli.kerberos_ccache.is_some()
+        || cli.kerberos_service.is_some()
+        || cli.kerberos_server_principal.is_some()
+        || cli.kerberos_no_canonicalize;
+    if !on {
+        return None;
+    }
+    let mut o = zk_recipes::GssapiOptions::new().canonicalize_host(!cli.kerberos_no_canonicalize);
+    if let Some(p) = &cli.kerberos_principal {
+        o = o.principal(p.as_str());
+    }
+    if let Some(k) = &cli.kerberos_keytab {
+        o = o.keytab(k);
+    }
+    if let Some(c) = &cli.kerberos_ccache {
+        o = o.ccache(c.as_str());
+    }
+    if let Some(s) = &cli.kerberos_service {
+        o = o.service(s.as_str());
+    }
+    if let Some(p) = &cli.kerberos_server_principal {
+        o = o.server_principal(p.as_str());
+    }
+    Some(o)
 }
 
 fn list(client: &Client, path: &str) -> ExitCode {
@@ -353,6 +515,7 @@ fn run(client: &Client, cli: &Cli) -> ExitCode {
         .args(args)
         // The lock's credentials are ours, not the command's.
         .env_remove("ZK_SASL_PASSWORD")
+        .env_remove("ZK_TLS_KEY_PASSWORD")
         .env("ZK_LOCK_PATH", path)
         .env("ZK_LOCK_NODE", guard.node_path())
         .env("ZK_LOCK_FENCING_TOKEN", token.to_string())

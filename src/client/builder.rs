@@ -36,10 +36,11 @@ pub struct ClientBuilder {
     resume: Option<(SessionId, super::Secret)>,
     follow_ensemble: bool,
     follow_hosts: Vec<String>,
+    follow_port: Option<super::ensemble::FollowPort>,
     #[cfg(feature = "tls")]
     tls: Option<super::tls::TlsOptions>,
     #[cfg(feature = "sasl")]
-    sasl: Option<super::sasl::SaslCredentials>,
+    sasl: Option<super::sasl::Mechanism>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -59,6 +60,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("session", &self.resume.as_ref().map(|(id, _)| *id))
             .field("follow_ensemble", &self.follow_ensemble)
             .field("follow_hosts", &self.follow_hosts)
+            .field("follow_port", &self.follow_port)
             .field("tls", &self.tls_debug())
             .field("sasl_user", &self.sasl_user())
             .finish()
@@ -168,16 +170,35 @@ impl ClientBuilder {
     /// password never reaches a log or `Debug`.
     #[cfg(feature = "sasl")]
     pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
-        self.sasl = Some(super::sasl::SaslCredentials {
-            user: user.to_owned(),
-            password: zeroize::Zeroizing::new(password.to_owned()),
-        });
+        self.sasl = Some(super::sasl::Mechanism::Digest(
+            super::sasl::SaslCredentials {
+                user: user.to_owned(),
+                password: zeroize::Zeroizing::new(password.to_owned()),
+            },
+        ));
+        self
+    }
+
+    /// Authenticates every connection with Kerberos, SASL GSSAPI (feature `gssapi`): what a
+    /// server with `Krb5LoginModule` serves, beside Kafka, HBase and Hadoop. It runs on each
+    /// new connection before any other request, with credentials acquired afresh each time
+    /// (from a keytab, tickets are renewed for as long as the client runs: see
+    /// [`GssapiOptions`](crate::GssapiOptions)); the server must prove it holds its
+    /// principal's key. ACLs name the client by its principal (`sasl` scheme). A server that
+    /// refuses the client, a server principal the KDC does not know, or credentials this
+    /// client cannot get (no ticket, an expired one, an unreadable keytab) stop the client
+    /// with [`Error::Kerberos`](crate::Error::Kerberos) or `AuthFailed`, with no reconnect
+    /// loop; a KDC that cannot be reached is retried like a server that cannot. Replaces
+    /// [`sasl_digest`](Self::sasl_digest).
+    #[cfg(feature = "gssapi")]
+    pub fn sasl_gssapi(mut self, options: super::gssapi::GssapiOptions) -> Self {
+        self.sasl = Some(super::sasl::Mechanism::Gssapi(options));
         self
     }
 
     fn sasl_user(&self) -> Option<&str> {
         #[cfg(feature = "sasl")]
-        return self.sasl.as_ref().map(|s| s.user.as_str());
+        return self.sasl.as_ref().map(|s| s.who());
         #[cfg(not(feature = "sasl"))]
         None
     }
@@ -203,6 +224,15 @@ impl ClientBuilder {
     /// [`follow_ensemble_hosts`](Self::follow_ensemble_hosts); any other is refused, with a
     /// warning. Following without TLS is warned about when the client is built: without it,
     /// nothing checks that a server is the one its name says.
+    ///
+    /// With TLS: the configuration publishes each server's plaintext client port only (a
+    /// `secureClientPort` stays in the server's static file), so the client dials the servers
+    /// it follows on the port every server of the connect string names (ensembles serve TLS
+    /// on one port everywhere, `2281` say), or as
+    /// [`follow_ensemble_secure_port`](Self::follow_ensemble_secure_port) or
+    /// [`follow_ensemble_secure_port_with`](Self::follow_ensemble_secure_port_with) say. A TLS
+    /// connect string whose servers name different ports, with neither, fails `connect` with
+    /// `BadArguments`: there is no port to be had for a server it does not name.
     pub fn follow_ensemble(mut self, follow: bool) -> Self {
         self.follow_ensemble = follow;
         self
@@ -216,12 +246,61 @@ impl ClientBuilder {
         self
     }
 
+    /// With TLS, the port every server a followed configuration names serves TLS on (their
+    /// `secureClientPort`), instead of the plaintext port the configuration publishes. A
+    /// client without TLS fails `connect` with `BadArguments` if given one.
+    pub fn follow_ensemble_secure_port(mut self, port: u16) -> Self {
+        self.follow_port = Some(super::ensemble::FollowPort::Fixed(port));
+        self
+    }
+
+    /// With TLS, the port a followed server serves TLS on, as `port(host, published)` says for
+    /// its host and the plaintext client port the configuration publishes for it (servers
+    /// that serve TLS on different ports; `Some(published)` for servers with
+    /// `client.portUnification`, which take TLS on their plaintext port). `None` refuses the
+    /// server: a configuration naming it is not followed, with a warning.
+    pub fn follow_ensemble_secure_port_with(
+        mut self,
+        port: impl Fn(&str, u16) -> Option<u16> + Send + Sync + 'static,
+    ) -> Self {
+        self.follow_port = Some(super::ensemble::FollowPort::With(std::sync::Arc::new(port)));
+        self
+    }
+
     /// Re-attaches to an existing session instead of making a new one (a session handed over
     /// from another process, with the id and password its client had). `connect` fails with
     /// `SessionLost` if the session has expired.
     pub fn session(mut self, id: SessionId, password: Vec<u8>) -> Self {
         self.resume = Some((id, super::Secret::new(password)));
         self
+    }
+
+    /// Where followed servers are dialled: as published without TLS; with TLS, as the user
+    /// said, else on the seeds' one port.
+    fn follow_port(
+        &self,
+        seeds: &[crate::connect_string::HostPort],
+        security: &super::link::Security,
+    ) -> Result<super::ensemble::FollowPort> {
+        use super::ensemble::FollowPort;
+        let plain = matches!(security, super::link::Security::Plain);
+        match (&self.follow_port, plain) {
+            (Some(_), true) => Err(Error::BadArguments(
+                "a secure port to follow the ensemble on, without TLS".into(),
+            )),
+            (Some(port), false) => Ok(port.clone()),
+            (None, true) => Ok(FollowPort::Published),
+            (None, false) if !self.follow_ensemble => Ok(FollowPort::Published),
+            (None, false) => FollowPort::from_seeds(seeds).ok_or_else(|| {
+                Error::BadArguments(
+                    "follow_ensemble with TLS: the ensemble's configuration publishes only \
+                     plaintext client ports, and the connect string's servers name different \
+                     ports, so no TLS port can be told for the servers it does not name; give \
+                     it with follow_ensemble_secure_port or follow_ensemble_secure_port_with"
+                        .into(),
+                )
+            }),
+        }
     }
 
     fn config(&self) -> Result<Config> {
@@ -234,6 +313,7 @@ impl ClientBuilder {
                  configuration names is the one its name says"
             );
         }
+        let follow_port = self.follow_port(&connect_hosts, &security)?;
         let sane =
             |d: Duration| d >= Duration::from_millis(100) && d <= Duration::from_secs(86_400);
         if !sane(self.session_timeout) {
@@ -291,6 +371,7 @@ impl ClientBuilder {
             follow_ensemble: self.follow_ensemble,
             follow_rule: super::ensemble::FollowRule::new(&connect_hosts, &self.follow_hosts)
                 .map_err(Error::BadArguments)?,
+            follow_port,
             #[cfg(feature = "sasl")]
             sasl: self.sasl.clone(),
         })
@@ -387,6 +468,7 @@ impl Client {
             resume: None,
             follow_ensemble: false,
             follow_hosts: Vec::new(),
+            follow_port: None,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "sasl")]

@@ -32,9 +32,11 @@ pub(crate) struct Config {
     pub follow_ensemble: bool,
     /// Which servers a followed configuration may name.
     pub follow_rule: super::ensemble::FollowRule,
-    /// SASL DIGEST-MD5 on every new connection, before any other request.
+    /// Which port a followed server is dialled on.
+    pub follow_port: super::ensemble::FollowPort,
+    /// SASL (DIGEST-MD5 or GSSAPI) on every new connection, before any other request.
     #[cfg(feature = "sasl")]
-    pub sasl: Option<super::sasl::SaslCredentials>,
+    pub sasl: Option<super::sasl::Mechanism>,
 }
 
 impl Config {

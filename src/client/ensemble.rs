@@ -268,10 +268,91 @@ impl FollowRule {
     }
 }
 
+/// Where a followed server is dialled. ZooKeeper's dynamic configuration publishes each
+/// member's plaintext client port only (`secureClientPort` stays in its static file), so a
+/// TLS client must be told, or work out from its seeds, the port each serves TLS on.
+#[derive(Clone, Default)]
+pub(crate) enum FollowPort {
+    /// The published port (a plaintext client).
+    #[default]
+    Published,
+    /// This port on every server.
+    Fixed(u16),
+    /// As the user's function says for a server's host and published port; `None`: the
+    /// server is not to be dialled, and the configuration is not followed.
+    With(std::sync::Arc<FollowPortFn>),
+}
+
+/// The user's rule for [`FollowPort::With`].
+pub(crate) type FollowPortFn = dyn Fn(&str, u16) -> Option<u16> + Send + Sync;
+
+impl std::fmt::Debug for FollowPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FollowPort::Published => f.write_str("Published"),
+            FollowPort::Fixed(p) => write!(f, "Fixed({p})"),
+            FollowPort::With(_) => f.write_str("With(<fn>)"),
+        }
+    }
+}
+
+impl FollowPort {
+    /// A TLS client's rule when the user gave none: the one port every seed names (the seeds
+    /// are TLS addresses: the user dials them so), or none to be had.
+    pub fn from_seeds(seeds: &[HostPort]) -> Option<FollowPort> {
+        let first = seeds.first()?.port;
+        seeds
+            .iter()
+            .all(|s| s.port == first)
+            .then_some(FollowPort::Fixed(first))
+    }
+
+    /// `hosts` as this client dials them; `Err` names the first server it has no port for.
+    pub fn place(&self, hosts: Vec<HostPort>) -> Result<Vec<HostPort>, HostPort> {
+        hosts
+            .into_iter()
+            .map(|h| {
+                let port = match self {
+                    FollowPort::Published => Some(h.port),
+                    FollowPort::Fixed(p) => Some(*p),
+                    FollowPort::With(f) => f(&h.host, h.port).filter(|p| *p != 0),
+                };
+                match port {
+                    Some(port) => Ok(HostPort { port, ..h }),
+                    None => Err(h),
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::connect_string::ConnectString;
+
+    #[test]
+    fn a_tls_client_dials_followed_servers_on_their_tls_port() {
+        let hp = |h: &str, port| HostPort {
+            host: h.into(),
+            port,
+        };
+        let published = vec![hp("a", 2181), hp("b", 2181)];
+        let same = FollowPort::from_seeds(&[hp("a", 2281), hp("c", 2281)]).unwrap();
+        assert_eq!(
+            same.place(published.clone()).unwrap(),
+            vec![hp("a", 2281), hp("b", 2281)]
+        );
+        assert!(FollowPort::from_seeds(&[hp("a", 2281), hp("c", 2282)]).is_none());
+        let by_fn = FollowPort::With(std::sync::Arc::new(|h: &str, p: u16| {
+            (h == "a").then_some(p + 100)
+        }));
+        assert_eq!(by_fn.place(published.clone()), Err(hp("b", 2181)));
+        assert_eq!(
+            FollowPort::Published.place(published.clone()).unwrap(),
+            published
+        );
+    }
 
     fn hosts(ports: &[u16]) -> Vec<HostPort> {
         ports

@@ -329,6 +329,19 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
                         );
                         return Next::Done;
                     }
+                    // Where this client dials them: a TLS client on their TLS ports.
+                    let hosts = match client.core().config.follow_port.place(hosts) {
+                        Ok(hosts) => hosts,
+                        Err(out) => {
+                            warn!(
+                                "the ensemble's configuration (version {:x}) names {out}, for \
+                                 which follow_ensemble_secure_port_with gives no TLS port: not \
+                                 following it",
+                                config.version
+                            );
+                            return Next::Done;
+                        }
+                    };
                     let known = client.core().host_list();
                     let same =
                         hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));

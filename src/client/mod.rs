@@ -16,6 +16,8 @@ mod conn;
 pub(crate) mod dial;
 mod ensemble;
 mod events;
+#[cfg(feature = "gssapi")]
+mod gssapi;
 mod janitor;
 pub(crate) mod link;
 mod proto;
@@ -36,6 +38,8 @@ pub(crate) use self::api::Prefetch;
 pub use self::api::{Client, ClientMetrics, MAX_DATA_LEN};
 pub use self::builder::ClientBuilder;
 pub use self::ensemble::{EnsembleConfig, EnsembleMember, CONFIG_NODE};
+#[cfg(feature = "gssapi")]
+pub use self::gssapi::GssapiOptions;
 pub(crate) use self::proto::Names;
 pub(crate) use self::state::Parked;
 pub use self::state::{ConnectionState, StateEvent, Subscription};

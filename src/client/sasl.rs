@@ -31,6 +31,27 @@ impl fmt::Debug for SaslCredentials {
     }
 }
 
+/// The SASL mechanism a client authenticates with, and its settings.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Mechanism {
+    /// DIGEST-MD5 with a user and password.
+    Digest(SaslCredentials),
+    /// GSSAPI: Kerberos.
+    #[cfg(feature = "gssapi")]
+    Gssapi(super::gssapi::GssapiOptions),
+}
+
+impl Mechanism {
+    /// Who the client authenticates as, for logs.
+    pub fn who(&self) -> &str {
+        match self {
+            Mechanism::Digest(c) => &c.user,
+            #[cfg(feature = "gssapi")]
+            Mechanism::Gssapi(o) => o.who(),
+        }
+    }
+}
+
 /// One DIGEST-MD5 exchange.
 pub(crate) struct DigestMd5<'a> {
     credentials: &'a SaslCredentials,

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use super::dial::bound;
@@ -30,21 +31,58 @@ use super::link::OpenError;
 ///     .connect()?;
 /// # Ok::<(), zk_recipes::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TlsOptions {
-    ca: PathBuf,
-    identity: Option<(PathBuf, PathBuf)>,
+    ca: Store,
+    identity: Option<Identity>,
     server_name: Option<String>,
+    crls: Option<PathBuf>,
+}
+
+/// A password that is wiped when dropped.
+type Password = zeroize::Zeroizing<String>;
+
+/// Where the trusted authorities are.
+#[derive(Clone, PartialEq, Eq)]
+enum Store {
+    /// A PEM file of certificates.
+    Pem(PathBuf),
+    /// A PKCS#12 trust store and its password.
+    Pkcs12(PathBuf, Password),
+}
+
+/// Where the client's own certificate chain and key are.
+#[derive(Clone, PartialEq, Eq)]
+enum Identity {
+    /// PEM files: the chain, the key, and the key's password if it is encrypted.
+    Pem(PathBuf, PathBuf, Option<Password>),
+    /// A PKCS#12 key store and its password.
+    Pkcs12(PathBuf, Password),
 }
 
 impl TlsOptions {
     /// Trusts the certificate authorities in the PEM file `ca` (one or more certificates),
     /// and no others.
     pub fn new(ca: impl Into<PathBuf>) -> TlsOptions {
+        TlsOptions::trusting(Store::Pem(ca.into()))
+    }
+
+    /// Trusts the certificate authorities of the PKCS#12 trust store `store` (its trusted
+    /// certificate entries, as `keytool -importcert -storetype PKCS12` writes them; Java's
+    /// `ssl.trustStore.type=PKCS12`), opened with `password`, and no others.
+    pub fn pkcs12_trust_store(store: impl Into<PathBuf>, password: &str) -> TlsOptions {
+        TlsOptions::trusting(Store::Pkcs12(
+            store.into(),
+            Password::new(password.to_owned()),
+        ))
+    }
+
+    fn trusting(ca: Store) -> TlsOptions {
         TlsOptions {
-            ca: ca.into(),
+            ca,
             identity: None,
             server_name: None,
+            crls: None,
         }
     }
 
@@ -54,7 +92,40 @@ impl TlsOptions {
     /// which ACLs can grant to (`x509` scheme); a server with `ssl.clientAuth=need` admits
     /// no client without one.
     pub fn identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> TlsOptions {
-        self.identity = Some((cert.into(), key.into()));
+        self.identity = Some(Identity::Pem(cert.into(), key.into(), None));
+        self
+    }
+
+    /// As [`identity`](Self::identity), with the private key in `key` encrypted (a PEM
+    /// `ENCRYPTED PRIVATE KEY`, PKCS#8 with PBES2: what `openssl pkcs8 -topk8` writes, and
+    /// what ZooKeeper's Java client opens with `ssl.keyStore.password`). The password is
+    /// wiped when these options are dropped and never reaches a log or `Debug`; a wrong one
+    /// fails `connect` with [`Error::Tls`](crate::Error::Tls) at once. An unencrypted key is
+    /// taken as it is.
+    pub fn identity_encrypted(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        password: &str,
+    ) -> TlsOptions {
+        self.identity = Some(Identity::Pem(
+            cert.into(),
+            key.into(),
+            Some(Password::new(password.to_owned())),
+        ));
+        self
+    }
+
+    /// As [`identity`](Self::identity), from the PKCS#12 key store `store` (Java's
+    /// `ssl.keyStore.type=PKCS12`: one private key with its certificate chain, as `keytool
+    /// -genkeypair -storetype PKCS12` or `openssl pkcs12 -export` write it), opened with
+    /// `password`. PBES2 with AES (what keytool and OpenSSL 3 write) and the older
+    /// PBE-SHA1 schemes are read. The password is wiped when these options are dropped.
+    pub fn identity_pkcs12(mut self, store: impl Into<PathBuf>, password: &str) -> TlsOptions {
+        self.identity = Some(Identity::Pkcs12(
+            store.into(),
+            Password::new(password.to_owned()),
+        ));
         self
     }
 
@@ -65,31 +136,74 @@ impl TlsOptions {
         self
     }
 
+    /// Refuses servers whose certificate a certificate revocation list in the PEM file `crls`
+    /// revokes (one or more `X509 CRL` blocks, as `openssl ca -gencrl` writes them; Java's
+    /// `ssl.crl`). The file is read on every connection like the others, so a CRL published
+    /// in place applies from the next connection on. Every certificate of a server's chain
+    /// below the trusted authority must be covered by a CRL from its issuer: one whose status
+    /// cannot be told is refused, as revoked ones are. A CRL past its next update still
+    /// counts (refusing every server when a CRL is late would be an outage of its own).
+    pub fn crls(mut self, crls: impl Into<PathBuf>) -> TlsOptions {
+        self.crls = Some(crls.into());
+        self
+    }
+
     /// Reads the files into a TLS client configuration.
     pub(crate) fn load(&self) -> Result<Arc<ClientConfig>, String> {
         let mut roots = RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(&self.ca)
-            .map_err(|e| format!("the CA file {}: {e}", self.ca.display()))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("the CA file {}: {e}", self.ca.display()))?;
+        let (authorities, file) = match &self.ca {
+            Store::Pem(ca) => {
+                let what = |e: &dyn std::fmt::Display| format!("the CA file {}: {e}", ca.display());
+                let certs = CertificateDer::pem_file_iter(ca)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| what(&e))?;
+                (certs, ca)
+            }
+            Store::Pkcs12(store, password) => (pkcs12::trusted(store, password)?, store),
+        };
+        for cert in authorities {
             roots
                 .add(cert)
-                .map_err(|e| format!("a CA certificate in {}: {e}", self.ca.display()))?;
+                .map_err(|e| format!("a CA certificate in {}: {e}", file.display()))?;
         }
         if roots.is_empty() {
             return Err(format!(
                 "the CA file {} holds no certificate",
-                self.ca.display()
+                file.display()
             ));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
+        let versions = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots);
+            .map_err(|e| e.to_string())?;
+        let builder = match &self.crls {
+            None => versions.with_root_certificates(roots),
+            Some(file) => {
+                let what =
+                    |e: &dyn std::fmt::Display| format!("the CRL file {}: {e}", file.display());
+                let crls = CertificateRevocationListDer::pem_file_iter(file)
+                    .and_then(|crls| crls.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| what(&e))?;
+                if crls.is_empty() {
+                    return Err(what(&"it holds no CRL"));
+                }
+                let verifier =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .with_crls(crls)
+                        .build()
+                        .map_err(|e| what(&e))?;
+                versions.with_webpki_verifier(verifier)
+            }
+        };
         let config = match &self.identity {
             None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
+            Some(Identity::Pkcs12(store, password)) => {
+                let (chain, key) = pkcs12::identity(store, password)?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the key store {}: {e}", store.display()))?
+            }
+            Some(Identity::Pem(cert, key, password)) => {
                 let chain = CertificateDer::pem_file_iter(cert)
                     .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
                     .map_err(|e| format!("the certificate file {}: {e}", cert.display()))?;
@@ -104,8 +218,12 @@ impl TlsOptions {
                 let pem = std::fs::read(key)
                     .map(super::Secret::new)
                     .map_err(|e| format!("the key file {}: {e}", key.display()))?;
-                let key_der = PrivateKeyDer::from_pem_slice(&pem)
-                    .map_err(|e| format!("the key file {}: {e}", key.display()))?;
+                let key_der = match password {
+                    Some(password) => decrypt_key(&pem, password)
+                        .map_err(|e| format!("the key file {}: {e}", key.display()))?,
+                    None => PrivateKeyDer::from_pem_slice(&pem)
+                        .map_err(|e| format!("the key file {}: {e}", key.display()))?,
+                };
                 builder.with_client_auth_cert(chain, key_der).map_err(|e| {
                     format!("the key in {} for {}: {e}", key.display(), cert.display())
                 })?
@@ -161,4 +279,114 @@ impl TlsOptions {
         }
         Ok(conn)
     }
+}
+
+/// Paths and names only: a password shows as whether there is one.
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ca, trust_store) = match &self.ca {
+            Store::Pem(p) => (Some(p), None),
+            Store::Pkcs12(p, _) => (None, Some(p)),
+        };
+        let (identity, encrypted_key, key_store) = match &self.identity {
+            None => (None, false, None),
+            Some(Identity::Pem(c, k, pw)) => (Some((c, k)), pw.is_some(), None),
+            Some(Identity::Pkcs12(p, _)) => (None, false, Some(p)),
+        };
+        f.debug_struct("TlsOptions")
+            .field("ca", &ca)
+            .field("pkcs12_trust_store", &trust_store)
+            .field("identity", &identity)
+            .field("encrypted_key", &encrypted_key)
+            .field("pkcs12_key_store", &key_store)
+            .field("server_name", &self.server_name)
+            .field("crls", &self.crls)
+            .finish()
+    }
+}
+
+/// PKCS#12 stores (Java's `PKCS12` key and trust stores), on `p12-keystore`.
+mod pkcs12 {
+    use std::path::Path;
+
+    use p12_keystore::{KeyStore, KeyStoreEntry};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    fn open(store: &Path, password: &str) -> Result<KeyStore, String> {
+        let bytes = std::fs::read(store)
+            .map(crate::client::Secret::new)
+            .map_err(|e| format!("the PKCS#12 store {}: {e}", store.display()))?;
+        KeyStore::from_pkcs12(&bytes, password).map_err(|e| {
+            format!(
+                "the PKCS#12 store {} does not open (a wrong password, or not PKCS#12): {e}",
+                store.display()
+            )
+        })
+    }
+
+    /// The trusted certificates of the trust store.
+    pub(super) fn trusted(
+        store: &Path,
+        password: &str,
+    ) -> Result<Vec<CertificateDer<'static>>, String> {
+        Ok(open(store, password)?
+            .entries()
+            .filter_map(|(_, e)| match e {
+                KeyStoreEntry::Certificate(c) => Some(CertificateDer::from(c.as_der().to_vec())),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The key store's one private key and its chain.
+    pub(super) fn identity(
+        store: &Path,
+        password: &str,
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+        let keys = open(store, password)?;
+        let Some((_, chain)) = keys.private_key_chain() else {
+            return Err(format!(
+                "the PKCS#12 store {} holds no private key with its certificate",
+                store.display()
+            ));
+        };
+        let certs = chain
+            .chain()
+            .iter()
+            .map(|c| CertificateDer::from(c.as_der().to_vec()))
+            .collect();
+        let key = PrivateKeyDer::Pkcs8(chain.key().to_vec().into());
+        Ok((certs, key))
+    }
+}
+
+/// The private key in `pem`: the `ENCRYPTED PRIVATE KEY` block decrypted with `password`, or,
+/// when there is none, an unencrypted key as it is. Every buffer that held the key is wiped.
+fn decrypt_key(pem: &[u8], password: &str) -> Result<PrivateKeyDer<'static>, String> {
+    const BEGIN: &[u8] = b"-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &[u8] = b"-----END ENCRYPTED PRIVATE KEY-----";
+    let find = |what: &[u8], from: usize| {
+        pem.get(from..)?
+            .windows(what.len())
+            .position(|w| w == what)
+            .map(|i| i + from)
+    };
+    let Some(start) = find(BEGIN, 0) else {
+        return PrivateKeyDer::from_pem_slice(pem).map_err(|e| e.to_string());
+    };
+    let end = find(END, start).ok_or("an ENCRYPTED PRIVATE KEY block that does not end")?;
+    let block = &pem[start..end + END.len()];
+    let (_, der) = pkcs8::der::pem::decode_vec(block)
+        .map_err(|e| format!("the ENCRYPTED PRIVATE KEY block: {e}"))?;
+    let der = super::Secret::new(der);
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
+        .map_err(|e| format!("the ENCRYPTED PRIVATE KEY block: {e}"))?;
+    // A wrong password shows as a key that does not decrypt (PBES2 has no check of its own).
+    let plain = info.decrypt(password.as_bytes()).map_err(|e| {
+        format!(
+            "the key does not decrypt with the password given (a wrong password, or an \
+             encryption other than PBES2 with AES): {e}"
+        )
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
 }

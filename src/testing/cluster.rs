@@ -16,6 +16,9 @@ use super::HarnessError;
 
 struct Member {
     client_port: u16,
+    /// The client port its line in the dynamic configuration names: a plaintext port beside
+    /// `client_port` when that one is TLS's (the configuration has no place for it).
+    published_port: u16,
     /// Where it listens for followers (as leader) and for election messages.
     quorum_port: u16,
     election_port: u16,
@@ -102,6 +105,14 @@ impl TestingCluster {
             ..Layout::default()
         };
         TestingCluster::build(n, spare, options, layout, static_clients)
+    }
+
+    /// The client port member `i`'s line in the ensemble's configuration names. For TLS
+    /// members of a [`reconfigurable`](Self::reconfigurable) ensemble it is a plaintext port
+    /// beside the TLS one ([`addr`](Self::addr)): ZooKeeper's dynamic configuration has no
+    /// place for a secure port.
+    pub fn published_port(&self, i: usize) -> u16 {
+        self.members[i].published_port
     }
 
     /// The `server.N=...` line of member `i`, as a reconfiguration that adds it takes it.
@@ -212,6 +223,17 @@ impl TestingCluster {
             ports.push(l.local_addr()?.port());
             held.push(l);
         }
+        // TLS members of a changing ensemble serve TLS on their static `secureClientPort`
+        // and plaintext on the port their line publishes, as production ensembles must: the
+        // dynamic configuration knows only the plaintext one.
+        let mut published: Vec<u16> = (0..total).map(|j| ports[3 * j]).collect();
+        if dynamic && options.needs_netty() {
+            for p in &mut published {
+                let l = jvm::reserve_port()?;
+                *p = l.local_addr()?.port();
+                held.push(l);
+            }
+        }
         drop(held);
         // A member's line: with its client address for a reconfigurable ensemble, unless the
         // member keeps it in its static file.
@@ -220,7 +242,7 @@ impl TestingCluster {
             if dynamic {
                 line.push_str(":participant");
                 if !static_clients.contains(&j) {
-                    let _ = write!(line, ";127.0.0.1:{}", ports[3 * j]);
+                    let _ = write!(line, ";127.0.0.1:{}", published[j]);
                 }
             }
             line
@@ -275,6 +297,7 @@ impl TestingCluster {
             std::fs::write(member_dir.join("zoo.cfg"), cfg)?;
             members.push(Member {
                 client_port: ports[3 * i],
+                published_port: published[i],
                 quorum_port: ports[3 * i + 1],
                 election_port: ports[3 * i + 2],
                 jvm: Mutex::new(None),

@@ -18,7 +18,7 @@ use super::HarnessError;
 /// remove the server's directory, so the wrapper does, first unmounting the log disks a
 /// firewalled ensemble mounts in it (`<dir>/m*/log`).
 const WRAPPER: &str = r#"
-$ZKR_AS "$ZKR_JAVA" "$@" >>"$ZKR_LOG" 2>&1 &
+$ZKR_AS "$ZKR_PROGRAM" "$@" >>"$ZKR_LOG" 2>&1 &
 pid=$!
 echo "$pid"
 if read _keep; then ZKR_CLEAN=; fi
@@ -30,6 +30,28 @@ if [ -n "$ZKR_CLEAN" ]; then
 fi
 exit 0
 "#;
+
+/// The watchdog wrapper's command for `program` (arguments follow): its output to `log`,
+/// `dir` removed if our process dies first, run in group `group` if given.
+fn wrapped(program: &Path, log: &Path, dir: &Path, group: Option<u32>) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(WRAPPER)
+        .arg("zk-recipes-watched")
+        .env("ZKR_PROGRAM", program)
+        .env("ZKR_LOG", log)
+        .env("ZKR_CLEAN", dir)
+        .env(
+            "ZKR_AS",
+            group.map_or(String::new(), |g| {
+                format!("setpriv --regid={g} --clear-groups")
+            }),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    cmd
+}
 
 /// Default location of the Debian package's server jar (its manifest names the rest).
 pub const DEBIAN_CLASSPATH: &str = "/usr/share/java/zookeeper.jar";
@@ -137,7 +159,8 @@ pub(crate) struct Process {
     pub clock_rate: Option<f64>,
 }
 
-/// A running JVM under the watchdog wrapper.
+/// A running JVM (or another server of the harness's: the KDC) under the watchdog wrapper,
+/// which kills it when our process dies.
 pub(crate) struct Jvm {
     wrapper: Child,
     stdin: Option<ChildStdin>,
@@ -160,32 +183,17 @@ impl Jvm {
     ) -> Result<Jvm, HarnessError> {
         let java = java()?;
         let level = std::env::var("ZOOKEEPER_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(WRAPPER)
-            .arg("zk-recipes-jvm")
-            .args([
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-Dzookeeper.admin.enableServer=false",
-                &format!("-Dorg.slf4j.simpleLogger.defaultLogLevel={level}"),
-                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            ])
-            .args(props)
-            .args(["-cp", classpath, main_class])
-            .args(args)
-            .env("ZKR_JAVA", &java)
-            .env("ZKR_LOG", log)
-            .env("ZKR_CLEAN", dir)
-            .env(
-                "ZKR_AS",
-                process.group.map_or(String::new(), |g| {
-                    format!("setpriv --regid={g} --clear-groups")
-                }),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        let mut cmd = wrapped(&java, log, dir, process.group);
+        cmd.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            &format!("-Dorg.slf4j.simpleLogger.defaultLogLevel={level}"),
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        ])
+        .args(props)
+        .args(["-cp", classpath, main_class])
+        .args(args);
         if let Some(rate) = process.clock_rate {
             if !(rate.is_finite() && rate > 0.0) {
                 return Err(HarnessError::StartFailed(format!(
@@ -203,6 +211,27 @@ impl Jvm {
                 .env("FAKETIME", format!("+0 x{rate}"))
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "0");
         }
+        Jvm::start(cmd, log)
+    }
+
+    /// Starts `program` with `args` and the environment `envs` under the watchdog: a server
+    /// of the harness's that is no JVM (the KDC). `dir` is removed as for a JVM.
+    pub fn spawn_program(
+        program: &Path,
+        args: &[&str],
+        envs: &[(&str, &Path)],
+        log: &Path,
+        dir: &Path,
+    ) -> Result<Jvm, HarnessError> {
+        let mut cmd = wrapped(program, log, dir, None);
+        cmd.args(args);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        Jvm::start(cmd, log)
+    }
+
+    fn start(mut cmd: Command, log: &Path) -> Result<Jvm, HarnessError> {
         let mut wrapper = cmd.spawn()?;
         let stdin = wrapper.stdin.take();
         let mut first = String::new();

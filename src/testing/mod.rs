@@ -21,6 +21,7 @@ mod cluster;
 mod disk;
 mod firewall;
 mod jvm;
+mod kdc;
 mod namespace;
 mod proxy;
 mod server;
@@ -30,11 +31,12 @@ use std::fmt;
 
 pub use cluster::TestingCluster;
 pub use jvm::{four_letter, netty_classpath, pid_alive, DEBIAN_CLASSPATH};
+pub use kdc::{Kdc, REALM as KDC_REALM, SERVER_PRINCIPAL as KDC_SERVER_PRINCIPAL};
 pub use namespace::{enter_private_namespaces, in_private_namespaces};
 pub use proxy::FaultProxy;
 #[cfg(feature = "tls")]
 pub use server::ServerTls;
-pub use server::{ServerOptions, ServerSasl, TestingServer};
+pub use server::{ServerKerberos, ServerOptions, ServerSasl, TestingServer};
 pub use silent::SilentPort;
 #[cfg(test)]
 pub(crate) use silent::{fill, unread_pair};

@@ -44,8 +44,9 @@ pub struct ServerOptions {
     /// and every timed wait. A leader whose clock runs fast by a fraction `f` expires each
     /// session `f / (1 + f)` of its timeout early, in the machine's time.
     pub clock_rates: Vec<f64>,
-    /// SASL: the users the server knows (DIGEST-MD5, ZooKeeper's `DigestLoginModule`) and
-    /// whether it requires every client to authenticate with SASL.
+    /// SASL: the users the server knows (DIGEST-MD5, ZooKeeper's `DigestLoginModule`) or its
+    /// Kerberos principal (GSSAPI), and whether it requires every client to authenticate
+    /// with SASL.
     pub sasl: Option<ServerSasl>,
     /// TLS only: the client port is a `secureClientPort` (Netty), and there is no plaintext
     /// port (feature `tls`).
@@ -53,12 +54,17 @@ pub struct ServerOptions {
     pub tls: Option<ServerTls>,
 }
 
-/// A server's SASL: DIGEST-MD5 users in a JAAS file the harness writes
-/// (`DigestLoginModule`, `SASLAuthenticationProvider`).
+/// A server's SASL: DIGEST-MD5 users (`DigestLoginModule`), or a Kerberos principal
+/// (`Krb5LoginModule`, GSSAPI), in a JAAS file the harness writes, with
+/// `SASLAuthenticationProvider`.
 #[derive(Clone, Default)]
 pub struct ServerSasl {
-    /// Users and their passwords.
+    /// Users and their passwords (DIGEST-MD5), when `kerberos` is `None`.
     pub users: Vec<(String, String)>,
+    /// The server's Kerberos principal and keytab (see [`Kdc::server`](super::Kdc::server)):
+    /// the server then serves GSSAPI, and DIGEST-MD5 no more (a ZooKeeper server serves one
+    /// mechanism, the one its login module gives it).
+    pub kerberos: Option<ServerKerberos>,
     /// Every client must authenticate with SASL (`enforce.auth.enabled` with the `sasl`
     /// scheme): a session without it is closed at its first request.
     pub required: bool,
@@ -70,9 +76,22 @@ impl std::fmt::Debug for ServerSasl {
         let users: Vec<&str> = self.users.iter().map(|(user, _)| user.as_str()).collect();
         f.debug_struct("ServerSasl")
             .field("users", &users)
+            .field("kerberos", &self.kerberos)
             .field("required", &self.required)
             .finish_non_exhaustive()
     }
+}
+
+/// A ZooKeeper server's Kerberos identity: its principal, the keytab with its key, and the
+/// realm's configuration.
+#[derive(Debug, Clone)]
+pub struct ServerKerberos {
+    /// The whole principal, `zookeeper/localhost@REALM`.
+    pub principal: String,
+    /// The keytab holding its key.
+    pub keytab: std::path::PathBuf,
+    /// The realm's `krb5.conf` (`java.security.krb5.conf`).
+    pub krb5_conf: std::path::PathBuf,
 }
 
 /// A server's TLS (feature `tls`): ZooKeeper's PEM key and trust stores
@@ -146,15 +165,30 @@ impl ServerOptions {
         let Some(sasl) = &self.sasl else {
             return Ok(());
         };
-        let mut jaas =
-            String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
-        for (user, password) in &sasl.users {
-            let _ = write!(jaas, "\n  user_{user}=\"{password}\"");
+        let mut jaas = String::from("Server {\n  ");
+        let mut props = Vec::new();
+        if let Some(k) = &sasl.kerberos {
+            let _ = write!(
+                jaas,
+                "com.sun.security.auth.module.Krb5LoginModule required\n  useKeyTab=true\n  \
+                 keyTab=\"{}\"\n  storeKey=true\n  useTicketCache=false\n  principal=\"{}\"",
+                k.keytab.display(),
+                k.principal
+            );
+            props.push((
+                "java.security.krb5.conf".to_owned(),
+                k.krb5_conf.display().to_string(),
+            ));
+        } else {
+            jaas.push_str("org.apache.zookeeper.server.auth.DigestLoginModule required");
+            for (user, password) in &sasl.users {
+                let _ = write!(jaas, "\n  user_{user}=\"{password}\"");
+            }
         }
         jaas.push_str(";\n};\n");
         let path = dir.join("jaas.conf");
         std::fs::write(&path, jaas)?;
-        let mut props = vec![
+        props.extend([
             (
                 "java.security.auth.login.config".to_owned(),
                 path.display().to_string(),
@@ -163,7 +197,7 @@ impl ServerOptions {
                 "zookeeper.authProvider.sasl".to_owned(),
                 "org.apache.zookeeper.server.auth.SASLAuthenticationProvider".to_owned(),
             ),
-        ];
+        ]);
         if sasl.required {
             props.push(("zookeeper.enforce.auth.enabled".into(), "true".into()));
             props.push(("zookeeper.enforce.auth.schemes".into(), "sasl".into()));

@@ -40,7 +40,79 @@ pub fn secure() -> Option<&'static Secure> {
         .as_ref()
 }
 
-/// The options of the servers the helpers start: TLS-only and SASL-enforcing in secure mode.
+/// `ZKR_TEST_KERBEROS=1`: a KDC on loopback for the test binary (realm
+/// `ZK-RECIPES.TEST`), every server the helpers start requires SASL and serves GSSAPI as
+/// `zookeeper/localhost`, and `connect` authenticates as [`KERBEROS_CLIENT`] from its keytab.
+/// With `ZKR_TEST_SECURE=1` too, over TLS.
+pub struct Kerberos {
+    pub kdc: zk_recipes::testing::Kdc,
+    /// The keytab of [`KERBEROS_CLIENT`].
+    pub keytab: std::path::PathBuf,
+}
+
+/// The suites' Kerberos client principal (in realm `ZK-RECIPES.TEST`).
+pub const KERBEROS_CLIENT: &str = "recipes";
+
+pub fn kerberos() -> Option<&'static Kerberos> {
+    static KERBEROS: OnceLock<Option<Kerberos>> = OnceLock::new();
+    KERBEROS
+        .get_or_init(|| {
+            std::env::var("ZKR_TEST_KERBEROS")
+                .is_ok_and(|v| v == "1")
+                .then(start_kerberos)
+        })
+        .as_ref()
+}
+
+/// The binary's KDC for tests of Kerberos itself: the suites' one in Kerberos mode, else one
+/// of its own, with `KRB5_CONFIG` pointing at it either way.
+pub fn realm() -> &'static Kerberos {
+    static OWN: OnceLock<Kerberos> = OnceLock::new();
+    match kerberos() {
+        Some(k) => k,
+        None => OWN.get_or_init(start_kerberos),
+    }
+}
+
+/// A ZooKeeper server that requires SASL and serves GSSAPI as the realm's
+/// `zookeeper/localhost`.
+pub fn kerberos_server() -> TestingServer {
+    init_logs();
+    TestingServer::with_options(ServerOptions {
+        sasl: Some(zk_recipes::testing::ServerSasl {
+            users: Vec::new(),
+            required: true,
+            kerberos: Some(realm().kdc.server().expect("the servers' principal")),
+        }),
+        ..ServerOptions::default()
+    })
+    .expect("a Kerberos ZooKeeper server")
+}
+
+/// A KDC for this test binary, and the client library pointed at its realm. The KDC dies with
+/// the process (the harness's watchdog).
+pub fn start_kerberos() -> Kerberos {
+    let kdc = zk_recipes::testing::Kdc::start()
+        .expect("start a KDC (apt-get install krb5-kdc krb5-admin-server krb5-user)");
+    let keytab = kdc
+        .add_principal(KERBEROS_CLIENT)
+        .expect("a client principal");
+    // MIT krb5 reads its configuration from KRB5_CONFIG whenever it makes a context: set
+    // once, before this binary's first Kerberos call, and never changed (every KDC of a test
+    // binary is this one).
+    std::env::set_var("KRB5_CONFIG", kdc.krb5_conf());
+    Kerberos { kdc, keytab }
+}
+
+/// The GSSAPI settings of the suites' client.
+pub fn kerberos_client(k: &Kerberos) -> zk_recipes::GssapiOptions {
+    zk_recipes::GssapiOptions::new()
+        .principal(KERBEROS_CLIENT)
+        .keytab(&k.keytab)
+}
+
+/// The options of the servers the helpers start: TLS-only and SASL-enforcing in secure mode,
+/// Kerberos-enforcing in Kerberos mode.
 pub fn server_options() -> ServerOptions {
     let mut options = ServerOptions::default();
     if let Some(s) = secure() {
@@ -48,6 +120,14 @@ pub fn server_options() -> ServerOptions {
         options.sasl = Some(zk_recipes::testing::ServerSasl {
             users: vec![(SECURE_USER.0.into(), SECURE_USER.1.into())],
             required: true,
+            kerberos: None,
+        });
+    }
+    if let Some(k) = kerberos() {
+        options.sasl = Some(zk_recipes::testing::ServerSasl {
+            users: Vec::new(),
+            required: true,
+            kerberos: Some(k.kdc.server().expect("the servers' principal")),
         });
     }
     options
@@ -56,10 +136,14 @@ pub fn server_options() -> ServerOptions {
 /// A client builder for the helpers' servers: TLS and SASL in secure mode.
 pub fn builder(connect_string: &str) -> zk_recipes::ClientBuilder {
     let b = Client::builder(connect_string);
-    match secure() {
+    let b = match secure() {
         Some(s) => b
             .tls(zk_recipes::TlsOptions::new(s.pki.ca()))
             .sasl_digest(SECURE_USER.0, SECURE_USER.1),
+        None => b,
+    };
+    match kerberos() {
+        Some(k) => b.sasl_gssapi(kerberos_client(k)),
         None => b,
     }
 }
@@ -167,7 +251,7 @@ pub fn expire_and_renew(f: &Faulty, client: &Client) {
 /// taking the session over with this crate's own client (TLS and SASL) and closing it, as
 /// Curator's `KillSession` does; otherwise with the harness's bare close.
 pub fn expire(server: &TestingServer, id: zk_recipes::SessionId, passwd: &[u8]) -> bool {
-    if secure().is_none() {
+    if secure().is_none() && kerberos().is_none() {
         return zk_recipes::testing::expire_session(server.addr(), id, passwd).unwrap();
     }
     let taken = builder(&server.connect_string())
@@ -222,6 +306,22 @@ pub fn asleep(name: &str) -> bool {
 
 /// Writes a JAAS file at `path` whose `Client` section gives Java's ZooKeeper client `user`
 /// and `password` for SASL DIGEST-MD5 (UTF-8).
+/// A JAAS file whose `Client` section logs ZooKeeper's Java client in as `principal` (in
+/// the harness's realm) from `keytab`.
+pub fn write_java_kerberos_jaas(path: &std::path::Path, principal: &str, keytab: &std::path::Path) {
+    std::fs::write(
+        path,
+        format!(
+            "Client {{\n  com.sun.security.auth.module.Krb5LoginModule required\n  \
+             useKeyTab=true\n  keyTab=\"{}\"\n  storeKey=true\n  useTicketCache=false\n  \
+             principal=\"{principal}@{}\";\n}};\n",
+            keytab.display(),
+            zk_recipes::testing::KDC_REALM
+        ),
+    )
+    .expect("a JAAS file");
+}
+
 pub fn write_java_client_jaas(path: &std::path::Path, user: &str, password: &str) {
     std::fs::write(
         path,

@@ -8,6 +8,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsage
 use zk_recipes::testing::ServerTls;
 use zk_recipes::TlsOptions;
 
+/// The serial number of every [`Pki`]'s server certificate (others have 1).
+pub const SERVER_SERIAL: u64 = 0x5e4e;
+
 pub struct Pki {
     dir: tempfile::TempDir,
     ca: rcgen::Certificate,
@@ -46,7 +49,7 @@ impl Pki {
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         let pki = Pki { dir, ca, ca_key };
         // The server's key store: its key and certificate in one PEM file.
-        let (cert, key) = pki.issue("zookeeper", &["127.0.0.1", "localhost"]);
+        let (cert, key) = pki.issue_serial("zookeeper", &["127.0.0.1", "localhost"], SERVER_SERIAL);
         std::fs::write(pki.path("server.pem"), format!("{key}{cert}")).unwrap();
         pki
     }
@@ -57,12 +60,42 @@ impl Pki {
 
     /// A certificate (PEM) and its key (PEM, PKCS#8) for `cn`, valid for `names`.
     fn issue(&self, cn: &str, names: &[&str]) -> (String, String) {
+        self.issue_serial(cn, names, 1)
+    }
+
+    fn issue_serial(&self, cn: &str, names: &[&str], serial: u64) -> (String, String) {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
         params.distinguished_name.push(DnType::CommonName, cn);
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
         (cert.pem(), key.serialize_pem())
+    }
+
+    /// Writes into `file` a CRL of this CA's (PEM) that revokes the certificates with these
+    /// serial numbers ([`SERVER_SERIAL`] is the server's); `number` is the CRL's own.
+    pub fn write_crl(&self, file: &Path, revoked: &[u64], number: u64) {
+        let revoked_certs = revoked
+            .iter()
+            .map(|&serial| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from(serial),
+                revocation_time: rcgen::date_time_ymd(2024, 1, 1),
+                reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            })
+            .collect();
+        let crl = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2024, 1, 1),
+            next_update: rcgen::date_time_ymd(2100, 1, 1),
+            crl_number: rcgen::SerialNumber::from(number),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.ca, &self.ca_key)
+        .unwrap();
+        std::fs::write(file, crl.pem().unwrap()).unwrap();
     }
 
     /// The CA certificate's file.

@@ -64,6 +64,37 @@ mod worker;
 
 /// The SASL user of a `--secure` run.
 const SASL_USER: (&str, &str) = ("jepsen", "jepsen's password");
+/// The Kerberos principal of a `--kerberos` run's workers and coordinator.
+const KERBEROS_PRINCIPAL: &str = "jepsen";
+
+/// A builder secured as the run's `security` settings say (`get` reads one): TLS with SASL
+/// DIGEST-MD5 for `--secure`, Kerberos for `--kerberos` (both: TLS and Kerberos). Every
+/// member shares the principal `zookeeper/localhost`, named whole (Java's
+/// `zookeeper.server.principal`).
+fn secured(
+    mut builder: zk_recipes::ClientBuilder,
+    get: impl Fn(&str) -> Option<String>,
+) -> zk_recipes::ClientBuilder {
+    if let Some(ca) = get("ZKR_JEPSEN_CA") {
+        let (user, password) = SASL_USER;
+        builder = builder
+            .tls(zk_recipes::TlsOptions::new(ca))
+            .sasl_digest(user, password);
+    }
+    if let Some(keytab) = get("ZKR_JEPSEN_KEYTAB") {
+        builder = builder.sasl_gssapi(
+            zk_recipes::GssapiOptions::new()
+                .principal(KERBEROS_PRINCIPAL)
+                .keytab(keytab)
+                .server_principal(format!(
+                    "{}@{}",
+                    zk_recipes::testing::KDC_SERVER_PRINCIPAL,
+                    zk_recipes::testing::KDC_REALM
+                )),
+        );
+    }
+    builder
+}
 
 use checker::{check, read, GateWrite, Report};
 use nemesis::{Nemesis, FIREWALLED, KINDS};
@@ -203,6 +234,10 @@ fn main() {
         .unwrap_or_else(|| mono() ^ u64::from(std::process::id()));
     let secure = args.iter().any(|a| a == "--secure")
         || std::env::var("ZKR_JEPSEN_SECURE").is_ok_and(|v| v == "1");
+    // `--kerberos`: members that require SASL and serve GSSAPI, a KDC in the run's
+    // namespaces, workers that authenticate from a keytab (with `--secure`, over TLS).
+    let kerberos = args.iter().any(|a| a == "--kerberos")
+        || std::env::var("ZKR_JEPSEN_KERBEROS").is_ok_and(|v| v == "1");
     let stop_at_first = args.iter().any(|a| a == "--stop-at-first");
     // `--replicas-each-fault`: after every fault, the workers stopped and the members'
     // replicas compared; the run stops at the first divergence, naming the faults before it
@@ -260,6 +295,7 @@ fn main() {
         seconds,
         seed,
         secure,
+        kerberos,
         stop_at_first,
         replicas_each_fault,
         kinds,
@@ -293,6 +329,8 @@ struct Options {
     seconds: u64,
     seed: u64,
     secure: bool,
+    /// Kerberos: a KDC, members serving GSSAPI, workers with a keytab.
+    kerberos: bool,
     /// Check after every fault and stop at the first violation (planted bugs).
     stop_at_first: bool,
     /// Compare the replicas after every fault and stop at the first divergence.
@@ -431,7 +469,12 @@ fn run(o: &Options) -> Verdict {
     let (seconds, seed, secure) = (o.seconds, o.seed, o.secure);
     println!(
         "jepsen: seed {seed}, {seconds} s of faults (replay with --seed {seed}){}",
-        if secure { ", over TLS and SASL" } else { "" }
+        match (secure, o.kerberos) {
+            (true, true) => ", over TLS and Kerberos",
+            (true, false) => ", over TLS and SASL",
+            (false, true) => ", over Kerberos",
+            (false, false) => "",
+        }
     );
     let mut dir = tempfile::Builder::new()
         .prefix("zkr-jepsen-")
@@ -465,8 +508,28 @@ fn run(o: &Options) -> Verdict {
         options.sasl = Some(zk_recipes::testing::ServerSasl {
             users: vec![(SASL_USER.0.into(), SASL_USER.1.into())],
             required: true,
+            kerberos: None,
         });
         security.push(("ZKR_JEPSEN_CA", pki.ca().display().to_string()));
+    }
+    // With --kerberos: a KDC in the run's namespaces; the members log in as
+    // `zookeeper/localhost` at start, the workers get their tickets from a keytab on every
+    // connection (the KDC is not faulted: it is the clients' infrastructure, not ZooKeeper's).
+    let kdc = o
+        .kerberos
+        .then(|| zk_recipes::testing::Kdc::start().expect("a KDC"));
+    if let Some(kdc) = &kdc {
+        let keytab = kdc.add_principal(KERBEROS_PRINCIPAL).expect("a principal");
+        options.sasl = Some(zk_recipes::testing::ServerSasl {
+            users: Vec::new(),
+            required: true,
+            kerberos: Some(kdc.server().expect("the members' principal")),
+        });
+        // The coordinator's own clients read it from here; the workers get it in their
+        // environment. Set before any Kerberos call of this process, and only here.
+        std::env::set_var("KRB5_CONFIG", kdc.krb5_conf());
+        security.push(("KRB5_CONFIG", kdc.krb5_conf().display().to_string()));
+        security.push(("ZKR_JEPSEN_KEYTAB", keytab.display().to_string()));
     }
     // Firewalled, the members fsync every transaction (forceSync=yes), so a stalled log disk
     // stalls what the member acknowledges. A machine whose namespaces work but that lacks
@@ -1215,16 +1278,16 @@ fn coordinator_client(
     cluster: &TestingCluster,
     security: &[(&str, String)],
 ) -> Option<zk_recipes::Client> {
-    let mut builder = zk_recipes::Client::builder(&cluster.connect_string())
+    let builder = zk_recipes::Client::builder(&cluster.connect_string())
         .session_timeout(Duration::from_secs(10))
         .tick_time(TICK)
         .connection_timeout(Duration::from_secs(30));
-    if let Some((_, ca)) = security.iter().find(|(k, _)| *k == "ZKR_JEPSEN_CA") {
-        let (user, password) = SASL_USER;
-        builder = builder
-            .tls(zk_recipes::TlsOptions::new(ca))
-            .sasl_digest(user, password);
-    }
+    let builder = secured(builder, |key| {
+        security
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    });
     builder.connect().ok()
 }
 

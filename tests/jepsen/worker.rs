@@ -1108,16 +1108,11 @@ fn zombie_write(ctx: &Ctx, token: i64, acquired: u64) {
 fn connect(id: &str, session: Duration) -> Client {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     loop {
-        let mut builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
+        let builder = Client::builder(&var("ZKR_JEPSEN_CONNECT"))
             .session_timeout(session)
             .tick_time(TICK)
             .connection_timeout(Duration::from_secs(30));
-        if let Ok(ca) = std::env::var("ZKR_JEPSEN_CA") {
-            let (user, password) = super::SASL_USER;
-            builder = builder
-                .tls(zk_recipes::TlsOptions::new(ca))
-                .sasl_digest(user, password);
-        }
+        let builder = super::secured(builder, |k| std::env::var(k).ok());
         match builder.connect() {
             Ok(c) => return c,
             Err(e) => log::warn!("worker {id}: connect: {e}"),

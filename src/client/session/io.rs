@@ -78,6 +78,10 @@ enum Dial {
     Failed(String),
     /// TLS could not be set up: unreadable files, a certificate that does not verify.
     Tls(String),
+    /// Kerberos could not authenticate us, for a reason retrying does not mend (see
+    /// `Error::Kerberos`): the client stops.
+    #[cfg_attr(not(feature = "gssapi"), allow(dead_code))]
+    Kerberos(String),
 }
 
 impl From<std::io::Error> for Dial {
@@ -196,6 +200,10 @@ impl Core {
                     warn!("the server refused the credentials; the client stops connecting");
                     return self.stop_for(Error::auth_failed());
                 }
+                Err(Dial::Kerberos(why)) => {
+                    warn!("Kerberos: {why}; the client stops connecting");
+                    return self.stop_for(Error::Kerberos(why));
+                }
                 // Left for a server of a new list (`update_hosts`): not a failure, the next
                 // turn takes the list.
                 Err(Dial::Failed(_) | Dial::Tls(_)) if self.move_pending() => {
@@ -220,7 +228,7 @@ impl Core {
                             tls_in_a_row = 0;
                             why
                         }
-                        Dial::Expired | Dial::AuthFailed => String::new(),
+                        Dial::Expired | Dial::AuthFailed | Dial::Kerberos(_) => String::new(),
                     };
                     debug!("no connection to {host}: {why}");
                     failures += 1;
@@ -391,10 +399,17 @@ impl Core {
         // SASL first, alone: the server holds everything else of an unauthenticated client
         // to the enforcement rules, and answers each SASL step before the next.
         #[cfg(feature = "sasl")]
-        if let Some(credentials) = &self.config.sasl {
-            if let Err(e) = sasl_exchange(credentials, &mut stream, &mut writer, &mut reader, until)
-            {
-                if matches!(e, Dial::AuthFailed) {
+        if let Some(mechanism) = &self.config.sasl {
+            let exchanged = sasl_exchange(
+                mechanism,
+                &host.host,
+                &mut stream,
+                &mut writer,
+                &mut reader,
+                until,
+            );
+            if let Err(e) = exchanged {
+                if matches!(e, Dial::AuthFailed | Dial::Kerberos(_)) {
                     // The client stops: the session goes now, not at its expiry (a server
                     // that keeps the connection after a failed exchange still takes this).
                     let _ = writer.write_all(&Enc::request(3, op::CLOSE_SESSION).finish());
@@ -661,17 +676,19 @@ impl Core {
     }
 }
 
-/// SASL DIGEST-MD5 on a new connection (see `sasl`): an empty first message, the response to
-/// the server's challenge, then the server's proof checked. A refusal stops the client.
+/// SASL on a new connection, to the server `host`: DIGEST-MD5 (see `sasl`: an empty first
+/// message, the response to the server's challenge, then the server's proof checked) or
+/// GSSAPI (see `gssapi`). A refusal stops the client.
 #[cfg(feature = "sasl")]
 fn sasl_exchange(
-    credentials: &super::super::sasl::SaslCredentials,
+    mechanism: &super::super::sasl::Mechanism,
+    host: &str,
     r: &mut LinkReader,
     w: &mut LinkWriter,
     frames: &mut FrameReader,
     until: Instant,
 ) -> std::result::Result<(), Dial> {
-    use super::super::sasl::{cnonce, DigestMd5};
+    use super::super::sasl::{cnonce, DigestMd5, Mechanism};
     let mut ask = |xid: i32, token: &[u8]| -> std::result::Result<Vec<u8>, Dial> {
         let mut request = Enc::request(xid, op::SASL);
         request.buffer(token);
@@ -694,6 +711,29 @@ fn sasl_exchange(
         warn!("SASL authentication failed: {why}");
         Dial::AuthFailed
     };
+    let credentials = match mechanism {
+        Mechanism::Digest(credentials) => credentials,
+        #[cfg(feature = "gssapi")]
+        Mechanism::Gssapi(options) => {
+            use super::super::gssapi::{exchange, Failure};
+            let mut xid = 0;
+            let exchanged = exchange(options, host, |token| {
+                xid += 1;
+                ask(xid, token)
+            })?;
+            return match exchanged {
+                Ok(()) => Ok(()),
+                Err(Failure::Transient(why)) => {
+                    // Retried like a server that cannot be reached, but said: the cause is
+                    // not the server's.
+                    warn!("Kerberos, to be tried again: {why}");
+                    Err(Dial::Failed(format!("Kerberos: {why}")))
+                }
+                Err(Failure::Refused(why)) => Err(Dial::Kerberos(why)),
+            };
+        }
+    };
+    let _ = host;
     let mut exchange = DigestMd5::new(credentials, cnonce().map_err(Dial::Failed)?);
     let challenge = ask(1, &[])?;
     if challenge.is_empty() {
