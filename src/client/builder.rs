@@ -184,12 +184,14 @@ impl ClientBuilder {
     /// new connection before any other request, with credentials acquired afresh each time
     /// (from a keytab, tickets are renewed for as long as the client runs: see
     /// [`GssapiOptions`](crate::GssapiOptions)); the server must prove it holds its
-    /// principal's key. ACLs name the client by its principal (`sasl` scheme). A server that
-    /// refuses the client, a server principal the KDC does not know, or credentials this
-    /// client cannot get (no ticket, an expired one, an unreadable keytab) stop the client
-    /// with [`Error::Kerberos`](crate::Error::Kerberos) or `AuthFailed`, with no reconnect
-    /// loop; a KDC that cannot be reached is retried like a server that cannot. Replaces
-    /// [`sasl_digest`](Self::sasl_digest).
+    /// principal's key. ACLs name the client by its principal (`sasl` scheme). Credentials
+    /// this client cannot get (no ticket, an expired one without a keytab, an unreadable
+    /// keytab) stop the client with [`Error::Kerberos`](crate::Error::Kerberos), with no
+    /// reconnect loop; a server whose principal the KDC does not know, or that refuses the
+    /// ticket or does not prove itself, is passed over for the next (the client stops only
+    /// if every server failed so before it ever connected); a KDC that cannot be reached is
+    /// waited for like a server that cannot. The KDC's work is done before each connection.
+    /// Replaces [`sasl_digest`](Self::sasl_digest).
     #[cfg(feature = "gssapi")]
     pub fn sasl_gssapi(mut self, options: super::gssapi::GssapiOptions) -> Self {
         self.sasl = Some(super::sasl::Mechanism::Gssapi(options));

@@ -28,12 +28,21 @@ use libgssapi::oid::{GSS_MECH_KRB5, GSS_NT_HOSTBASED_SERVICE, GSS_NT_KRB5_PRINCI
 /// The Kerberos configuration is the system's, as for every Kerberos program
 /// (`/etc/krb5.conf`, or the file `KRB5_CONFIG` names).
 ///
-/// The server's principal is formed as ZooKeeper's Java client forms it: `zookeeper/<host>`
-/// for the host each connection dials, its realm from the Kerberos configuration. The host
-/// is canonicalized as that configuration says (`dns_canonicalize_hostname`, `rdns`), as
-/// Java's client canonicalizes it by default; [`canonicalize_host(false)`](Self::canonicalize_host)
-/// uses the host as given instead (Java's `zookeeper.sasl.client.canonicalize.hostname`), and
-/// [`service`](Self::service) replaces `zookeeper` (Java's `zookeeper.sasl.client.username`).
+/// The server's principal is `zookeeper/<host>` for the host each connection dials, as
+/// ZooKeeper's Java client names it, its realm from the Kerberos configuration. The host is
+/// canonicalized by the Kerberos library as its configuration says: MIT krb5 looks the name
+/// up, and with `rdns` (on by default, off in some distributions' `krb5.conf`) takes the
+/// reverse name of the first address found. Java's client takes the reverse name of the
+/// address it dials, whatever `krb5.conf` says: for servers dialled by IP address on a host
+/// with `rdns = false`, or a name with several addresses each with a principal of its own,
+/// the two differ; name each server by its host name with
+/// [`canonicalize_host(false)`](Self::canonicalize_host) (Java's
+/// `zookeeper.sasl.client.canonicalize.hostname=false`), or give the whole
+/// [`server_principal`](Self::server_principal). [`service`](Self::service) replaces
+/// `zookeeper` (Java's `zookeeper.sasl.client.username`). A server whose principal the KDC
+/// does not know, or that does not prove itself, is passed over for the next one, as a
+/// server whose certificate does not verify is; the client stops only when every server
+/// failed so before it ever connected.
 ///
 /// ```no_run
 /// use zk_recipes::{Client, GssapiOptions};
@@ -114,9 +123,10 @@ impl GssapiOptions {
         self
     }
 
-    /// Whether the dialled host is canonicalized before it names the server's principal (as
-    /// the Kerberos configuration says: a forward and, with `rdns`, a reverse lookup). On by
-    /// default; off, the principal is `zookeeper/<host as dialled>`.
+    /// Whether the dialled host is canonicalized before it names the server's principal (by
+    /// the Kerberos library, as its configuration says: a forward and, with `rdns`, a reverse
+    /// lookup). On by default; off, the principal is `zookeeper/<host as dialled>` in the
+    /// configuration's default realm.
     pub fn canonicalize_host(mut self, canonicalize: bool) -> GssapiOptions {
         self.canonicalize_host = canonicalize;
         self
@@ -170,66 +180,103 @@ impl fmt::Debug for GssapiOptions {
 /// Why a Kerberos exchange could not go on.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// Worth another try later: the KDC could not be reached.
+    /// Worth another try later: the KDC could not be reached or said it cannot serve now, or
+    /// tickets a keytab renews ended while it could not be reached.
     Transient(String),
-    /// Not mended by retrying: this client's credentials, the server's principal, or a
-    /// server that did not prove itself.
+    /// About this one server: its principal unknown to the KDC, or a server that did not
+    /// prove itself or refused the ticket (a stale keytab there). Another server may do.
+    Server(String),
+    /// About this client's own credentials, the same for every server: retrying does not
+    /// mend it.
     Refused(String),
 }
 
+/// MIT krb5's codes (`krb5/krb5.h`), as GSSAPI's minor status carries them.
+mod code {
+    pub const KDC_UNREACH: i32 = -1_765_328_228;
+    pub const REALM_CANT_RESOLVE: i32 = -1_765_328_164;
+    pub const REALM_UNKNOWN: i32 = -1_765_328_230;
+    pub const SVC_UNAVAILABLE: i32 = -1_765_328_355;
+    pub const TKT_EXPIRED: i32 = -1_765_328_352;
+    pub const S_PRINCIPAL_UNKNOWN: i32 = -1_765_328_377;
+    /// GSSAPI's routine errors (the major status's middle byte, an enumeration).
+    pub const ROUTINE_MASK: u32 = 0x00ff_0000;
+    pub const CREDENTIALS_EXPIRED: u32 = 11 << 16;
+    pub const CONTEXT_EXPIRED: u32 = 12 << 16;
+}
+
 impl Failure {
-    fn gss(what: &str, e: GssError) -> Failure {
-        // MIT krb5's codes (`krb5/krb5.h`): the KDC could not be reached, or no KDC of the
-        // realm is known.
-        const KRB5_KDC_UNREACH: u32 = 0x96c7_3a9c;
-        const KRB5_REALM_CANT_RESOLVE: u32 = 0x96c7_3a9d;
+    /// Classifies GSSAPI's error `e` while doing `what`.
+    fn of(what: &str, e: GssError, options: &GssapiOptions) -> Failure {
         let why = format!("{what}: {e}");
-        if e.major.contains(MajorFlags::GSS_S_FAILURE)
-            && matches!(e.minor, KRB5_KDC_UNREACH | KRB5_REALM_CANT_RESOLVE)
+        // The minor status is MIT's signed code, carried in an unsigned field.
+        let minor = e.minor as i32;
+        let routine = e.major.bits() & code::ROUTINE_MASK;
+        let expired = minor == code::TKT_EXPIRED
+            || routine == code::CREDENTIALS_EXPIRED
+            || routine == code::CONTEXT_EXPIRED;
+        if matches!(
+            minor,
+            code::KDC_UNREACH
+                | code::REALM_CANT_RESOLVE
+                | code::REALM_UNKNOWN
+                | code::SVC_UNAVAILABLE
+        ) || (expired && options.keytab.is_some())
         {
+            // A keytab's tickets that ended are renewed as soon as the KDC answers (MIT
+            // reports a failed renewal as the old tickets' end).
             Failure::Transient(why)
+        } else if minor == code::S_PRINCIPAL_UNKNOWN {
+            Failure::Server(why)
         } else {
             Failure::Refused(why)
         }
     }
 }
 
-/// One GSSAPI exchange with the server `host`: `ask` sends a SASL token and returns the
-/// server's answer.
-pub(crate) fn exchange<E>(
-    options: &GssapiOptions,
-    host: &str,
-    mut ask: impl FnMut(&[u8]) -> Result<Vec<u8>, E>,
-) -> Result<Result<(), Failure>, E> {
+/// An exchange whose KDC work is done: the credentials acquired and the first token made,
+/// before any connection is made with them (a slow or unreachable KDC then never holds a
+/// session on a server).
+pub(crate) struct Started {
+    ctx: ClientCtx,
+    token: Vec<u8>,
+    target: String,
+}
+
+/// The first part of a GSSAPI exchange with the server `host`: credentials and the service
+/// ticket, and the first token.
+pub(crate) fn start(options: &GssapiOptions, host: &str) -> Result<Started, Failure> {
     let (target, host_based) = options.target(host);
     let kind = if host_based {
         GSS_NT_HOSTBASED_SERVICE
     } else {
         GSS_NT_KRB5_PRINCIPAL
     };
-    let name = match Name::new(target.as_bytes(), Some(kind)) {
-        Ok(n) => n,
-        Err(e) => {
-            return Ok(Err(Failure::Refused(format!(
-                "server principal {target:?}: {e}"
-            ))))
-        }
-    };
-    let cred = match acquire(options) {
-        Ok(c) => c,
-        Err(f) => return Ok(Err(f)),
-    };
+    let name = Name::new(target.as_bytes(), Some(kind))
+        .map_err(|e| Failure::Refused(format!("server principal {target:?}: {e}")))?;
+    let cred = acquire(options)?;
     let flags = CtxFlags::GSS_C_MUTUAL_FLAG | CtxFlags::GSS_C_INTEG_FLAG;
     let mut ctx = ClientCtx::new(Some(cred), name, flags, Some(GSS_MECH_KRB5));
-    let mut token = match ctx.step(None, None) {
-        Ok(t) => t.map(|t| t.to_vec()).unwrap_or_default(),
-        Err(e) => {
-            return Ok(Err(Failure::gss(
-                &format!("no service ticket for {target}"),
-                e,
-            )))
-        }
-    };
+    let token = ctx
+        .step(None, None)
+        .map_err(|e| Failure::of(&format!("no service ticket for {target}"), e, options))?
+        .map(|t| t.to_vec())
+        .unwrap_or_default();
+    Ok(Started { ctx, token, target })
+}
+
+/// The rest of the exchange with the server `host`: `ask` sends a SASL token and returns the
+/// server's answer.
+pub(crate) fn finish<E>(
+    started: Started,
+    host: &str,
+    mut ask: impl FnMut(&[u8]) -> Result<Vec<u8>, E>,
+) -> Result<Result<(), Failure>, E> {
+    let Started {
+        mut ctx,
+        mut token,
+        target,
+    } = started;
     // Context tokens until the context is made: the server's AP-REP proves it has the key
     // (Kerberos needs one round; a few more are allowed, never an endless exchange).
     let mut answer = ask(&token)?;
@@ -237,7 +284,7 @@ pub(crate) fn exchange<E>(
     while !ctx.is_complete() {
         rounds += 1;
         if answer.is_empty() || rounds > 8 {
-            return Ok(Err(Failure::Refused(format!(
+            return Ok(Err(Failure::Server(format!(
                 "the server {host} did not answer with a Kerberos token (does it serve \
                  GSSAPI, with a principal of its own in a Krb5LoginModule JAAS section?)"
             ))));
@@ -245,7 +292,7 @@ pub(crate) fn exchange<E>(
         token = match ctx.step(Some(&answer), None) {
             Ok(t) => t.map(|t| t.to_vec()).unwrap_or_default(),
             Err(e) => {
-                return Ok(Err(Failure::Refused(format!(
+                return Ok(Err(Failure::Server(format!(
                     "the server {host} did not prove itself as {target}: {e}"
                 ))))
             }
@@ -257,10 +304,15 @@ pub(crate) fn exchange<E>(
     // flags are not to be had, and that is the cause to report.
     let granted = match ctx.flags() {
         Ok(f) => f,
-        Err(e) => return Ok(Err(Failure::gss("the security context with the server", e))),
+        Err(e) => {
+            return Ok(Err(Failure::Transient(format!(
+                "the security context with {host} ended as it was made (tickets at their \
+                 end): {e}"
+            ))))
+        }
     };
     if !granted.contains(CtxFlags::GSS_C_MUTUAL_FLAG) {
-        return Ok(Err(Failure::Refused(format!(
+        return Ok(Err(Failure::Server(format!(
             "the server {host} did not authenticate itself (no mutual authentication)"
         ))));
     }
@@ -269,23 +321,27 @@ pub(crate) fn exchange<E>(
     let offer = match ctx.unwrap(&answer) {
         Ok(o) => o.to_vec(),
         Err(e) => {
-            return Ok(Err(Failure::Refused(format!(
-                "the server's security-layer offer does not verify: {e}"
+            return Ok(Err(Failure::Server(format!(
+                "the security-layer offer of {host} does not verify: {e}"
             ))))
         }
     };
     if offer.len() != 4 || offer[0] & 1 == 0 {
-        return Ok(Err(Failure::Refused(
-            "the server insists on a SASL security layer (integrity or privacy on every \
-             packet), which this client does not speak; run the servers with qop \"auth\""
-                .into(),
-        )));
+        return Ok(Err(Failure::Server(format!(
+            "the server {host} insists on a SASL security layer (integrity or privacy on \
+             every packet), which this client does not speak; run the servers with qop \
+             \"auth\""
+        ))));
     }
     // "No security layer", and a largest buffer of 0 as the RFC asks with it; no
     // authorization identity: the authenticated principal is who we are.
     let choice = match ctx.wrap(false, &[1, 0, 0, 0]) {
         Ok(c) => c.to_vec(),
-        Err(e) => return Ok(Err(Failure::gss("wrapping the security-layer choice", e))),
+        Err(e) => {
+            return Ok(Err(Failure::Server(format!(
+                "wrapping the security-layer choice for {host}: {e}"
+            ))))
+        }
     };
     ask(&choice)?;
     Ok(Ok(()))
@@ -304,8 +360,20 @@ fn acquire(options: &GssapiOptions) -> Result<Cred, Failure> {
         .map(|k| CString::new(k.as_os_str().as_encoded_bytes()).map_err(|_| bad("the keytab path")))
         .transpose()?;
     if let Some(k) = &options.keytab {
-        // A clear message for the commonest mistake (GSSAPI's own says only "no credentials").
-        if let Err(e) = std::fs::File::open(k) {
+        // A clear message for the commonest mistake (GSSAPI's own says only "no credentials"),
+        // for a keytab that is a file (`FILE:` or no prefix).
+        let file = k
+            .to_str()
+            .and_then(|s| s.strip_prefix("FILE:"))
+            .map_or(k.as_path(), std::path::Path::new);
+        // Another kind of keytab (`MEMORY:`, `DIR:`) is GSSAPI's alone to read.
+        let other_kind = k
+            .to_str()
+            .is_some_and(|s| s.contains(':') && !s.starts_with("FILE:"));
+        let unreadable = (!other_kind)
+            .then(|| std::fs::File::open(file).err())
+            .flatten();
+        if let Some(e) = unreadable {
             return Err(refused(format!(
                 "the keytab {} cannot be read: {e}",
                 k.display()
@@ -401,9 +469,10 @@ fn acquire(options: &GssapiOptions) -> Result<Cred, Failure> {
             minor,
         };
         let whose = options.who();
-        return Err(Failure::gss(
+        return Err(Failure::of(
             &format!("no Kerberos credentials for {whose}"),
             e,
+            options,
         ));
     }
     // SAFETY: `cred` was just made for us and nothing else holds it.

@@ -24,7 +24,7 @@ pub const SERVER_PRINCIPAL: &str = "zookeeper/localhost";
 pub struct Kdc {
     dir: TempDir,
     port: u16,
-    process: Option<Jvm>,
+    process: parking_lot::Mutex<Option<Jvm>>,
 }
 
 impl std::fmt::Debug for Kdc {
@@ -84,30 +84,46 @@ impl Kdc {
         );
         std::fs::write(d.join("kdc.conf"), kdc)?;
         std::fs::write(d.join("kadm5.acl"), "")?;
-        let mut k = Kdc {
+        let k = Kdc {
             dir,
             port,
-            process: None,
+            process: parking_lot::Mutex::new(None),
         };
         // The master key protects the database file only, which dies with the directory.
         k.run(
             "kdb5_util",
             &["-r", REALM, "create", "-s", "-P", "zk-recipes-test-master"],
         )?;
+        k.serve()?;
+        k.add_principal(SERVER_PRINCIPAL)?;
+        Ok(k)
+    }
+
+    /// Starts the KDC's process (again) on its port; returns once it takes connections (at
+    /// most 30 s) and is still running.
+    fn serve(&self) -> Result<(), HarnessError> {
+        let mut process = self.process.lock();
+        if process.as_ref().is_some_and(Jvm::is_alive) {
+            return Ok(());
+        }
         let krb5kdc = program("krb5kdc")?;
-        let log = k.dir.path().join("krb5kdc.out");
-        let (conf, profile) = (k.krb5_conf(), k.dir.path().join("kdc.conf"));
-        k.process = Some(Jvm::spawn_program(
+        let log = self.dir.path().join("krb5kdc.out");
+        let (conf, profile) = (self.krb5_conf(), self.dir.path().join("kdc.conf"));
+        let started = Jvm::spawn_program(
             &krb5kdc,
             &["-n", "-r", REALM],
             &[("KRB5_CONFIG", &conf), ("KRB5_KDC_PROFILE", &profile)],
             &log,
-            k.dir.path(),
-        )?);
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            self.dir.path(),
+        )?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let until = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-            if Instant::now() >= until || !k.process.as_ref().is_some_and(Jvm::is_alive) {
+        // Taking connections, and ours: a process that died (its port taken by another) is
+        // no KDC of ours, whatever answers there.
+        while !started.is_alive()
+            || TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err()
+        {
+            if Instant::now() >= until || !started.is_alive() {
                 return Err(HarnessError::StartFailed(format!(
                     "the KDC did not take connections on {addr}: {}",
                     jvm::log_tail(&log)
@@ -115,8 +131,21 @@ impl Kdc {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        k.add_principal(SERVER_PRINCIPAL)?;
-        Ok(k)
+        *process = Some(started);
+        Ok(())
+    }
+
+    /// Stops the KDC (`SIGKILL`): its clients can no longer get tickets until
+    /// [`restart`](Self::restart). Its database and keytabs stay.
+    pub fn stop(&self) {
+        if let Some(p) = self.process.lock().take() {
+            p.kill();
+        }
+    }
+
+    /// Starts a stopped KDC again, on the same port.
+    pub fn restart(&self) -> Result<(), HarnessError> {
+        self.serve()
     }
 
     /// The realm's configuration file, for `KRB5_CONFIG` and `java.security.krb5.conf`.
@@ -217,8 +246,6 @@ impl Kdc {
 
 impl Drop for Kdc {
     fn drop(&mut self) {
-        if let Some(p) = self.process.take() {
-            p.kill();
-        }
+        self.stop();
     }
 }

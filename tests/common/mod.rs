@@ -304,8 +304,6 @@ pub fn asleep(name: &str) -> bool {
     })
 }
 
-/// Writes a JAAS file at `path` whose `Client` section gives Java's ZooKeeper client `user`
-/// and `password` for SASL DIGEST-MD5 (UTF-8).
 /// A JAAS file whose `Client` section logs ZooKeeper's Java client in as `principal` (in
 /// the harness's realm) from `keytab`.
 pub fn write_java_kerberos_jaas(path: &std::path::Path, principal: &str, keytab: &std::path::Path) {
@@ -322,6 +320,8 @@ pub fn write_java_kerberos_jaas(path: &std::path::Path, principal: &str, keytab:
     .expect("a JAAS file");
 }
 
+/// Writes a JAAS file at `path` whose `Client` section gives Java's ZooKeeper client `user`
+/// and `password` for SASL DIGEST-MD5 (UTF-8).
 pub fn write_java_client_jaas(path: &std::path::Path, user: &str, password: &str) {
     std::fs::write(
         path,

@@ -526,7 +526,9 @@ fn run(o: &Options) -> Verdict {
             kerberos: Some(kdc.server().expect("the members' principal")),
         });
         // The coordinator's own clients read it from here; the workers get it in their
-        // environment. Set before any Kerberos call of this process, and only here.
+        // environment. Set before this process's first Kerberos call; a run done again (its
+        // replicas diverged) makes a KDC of its own, on another port, set before that run's
+        // first call: no Kerberos call is under way between two runs.
         std::env::set_var("KRB5_CONFIG", kdc.krb5_conf());
         security.push(("KRB5_CONFIG", kdc.krb5_conf().display().to_string()));
         security.push(("ZKR_JEPSEN_KEYTAB", keytab.display().to_string()));

@@ -82,6 +82,32 @@ enum Dial {
     /// `Error::Kerberos`): the client stops.
     #[cfg_attr(not(feature = "gssapi"), allow(dead_code))]
     Kerberos(String),
+    /// Kerberos failed with this server (its principal unknown, a server that did not prove
+    /// itself or refused our ticket): another may do, as for TLS.
+    #[cfg_attr(not(feature = "gssapi"), allow(dead_code))]
+    KerberosServer(String),
+}
+
+/// A GSSAPI exchange whose KDC work is done, if the client speaks Kerberos.
+#[cfg(feature = "gssapi")]
+type Kerberos = Option<super::super::gssapi::Started>;
+#[cfg(not(feature = "gssapi"))]
+type Kerberos = Option<std::convert::Infallible>;
+
+/// How a Kerberos failure ends a dial.
+#[cfg(feature = "gssapi")]
+fn kerberos_dial(failure: super::super::gssapi::Failure) -> Dial {
+    use super::super::gssapi::Failure;
+    match failure {
+        Failure::Transient(why) => {
+            // Retried like a server that cannot be reached, but said: the cause is not the
+            // server's.
+            warn!("Kerberos, to be tried again: {why}");
+            Dial::Failed(format!("Kerberos: {why}"))
+        }
+        Failure::Server(why) => Dial::KerberosServer(why),
+        Failure::Refused(why) => Dial::Kerberos(why),
+    }
 }
 
 impl From<std::io::Error> for Dial {
@@ -139,7 +165,7 @@ impl Core {
         // TLS failures in a row, and whether this client ever had a connection: one that never
         // had one and fails TLS on every server stops (a certificate does not verify by
         // waiting); one that had stays, as a certificate may be put right meanwhile.
-        let mut tls_in_a_row = 0usize;
+        let mut unmended_in_a_row = 0usize;
         let mut ever_connected = false;
         let mut next = 0usize;
         let mut pinned = None;
@@ -171,7 +197,7 @@ impl Core {
             match self.handshake(&host, addr, hosts.len()) {
                 Ok(conn) => {
                     failures = 0;
-                    tls_in_a_row = 0;
+                    unmended_in_a_row = 0;
                     ever_connected = true;
                     let served = self.serve(conn, hosts.clone());
                     // The next attempt goes to the server found serving read-write.
@@ -206,26 +232,40 @@ impl Core {
                 }
                 // Left for a server of a new list (`update_hosts`): not a failure, the next
                 // turn takes the list.
-                Err(Dial::Failed(_) | Dial::Tls(_)) if self.move_pending() => {
+                Err(Dial::Failed(_) | Dial::Tls(_) | Dial::KerberosServer(_))
+                    if self.move_pending() =>
+                {
                     debug!("left {host} for a server of the new list");
                 }
-                Err(failure @ (Dial::Failed(_) | Dial::Tls(_))) => {
+                Err(failure @ (Dial::Failed(_) | Dial::Tls(_) | Dial::KerberosServer(_))) => {
                     let why = match failure {
                         Dial::Tls(why) => {
                             warn!("no TLS connection to {host}: {why}");
                             *self.tls_failure.lock() = Some(why.clone());
-                            tls_in_a_row += 1;
-                            if !ever_connected && tls_in_a_row >= hosts.len() {
+                            unmended_in_a_row += 1;
+                            if !ever_connected && unmended_in_a_row >= hosts.len() {
                                 warn!(
-                                    "TLS failed on every server before any connection; the \
-                                     client stops connecting"
+                                    "TLS or Kerberos failed on every server before any \
+                                     connection; the client stops connecting"
                                 );
                                 return self.stop_for(Error::Tls(why));
                             }
                             why
                         }
+                        Dial::KerberosServer(why) => {
+                            warn!("Kerberos failed with {host}: {why}");
+                            unmended_in_a_row += 1;
+                            if !ever_connected && unmended_in_a_row >= hosts.len() {
+                                warn!(
+                                    "TLS or Kerberos failed on every server before any \
+                                     connection; the client stops connecting"
+                                );
+                                return self.stop_for(Error::Kerberos(why));
+                            }
+                            why
+                        }
                         Dial::Failed(why) => {
-                            tls_in_a_row = 0;
+                            unmended_in_a_row = 0;
                             why
                         }
                         Dial::Expired | Dial::AuthFailed | Dial::Kerberos(_) => String::new(),
@@ -324,6 +364,17 @@ impl Core {
             port: host.port,
             addr,
         };
+        // Kerberos's KDC work first, before any connection: a slow or unreachable KDC then
+        // holds no session on a server, and leaves none behind.
+        #[cfg(feature = "gssapi")]
+        let kerberos: Kerberos = match &self.config.sasl {
+            Some(super::super::sasl::Mechanism::Gssapi(options)) => {
+                Some(super::super::gssapi::start(options, &host.host).map_err(kerberos_dial)?)
+            }
+            _ => None,
+        };
+        #[cfg(not(feature = "gssapi"))]
+        let kerberos: Kerberos = None;
         if let Some(old) = self.to_close.lock().take() {
             let closed = link::open(&target, &self.config.security, until, |s| {
                 self.track_connecting(s)
@@ -402,6 +453,7 @@ impl Core {
         if let Some(mechanism) = &self.config.sasl {
             let exchanged = sasl_exchange(
                 mechanism,
+                kerberos,
                 &host.host,
                 &mut stream,
                 &mut writer,
@@ -409,9 +461,11 @@ impl Core {
                 until,
             );
             if let Err(e) = exchanged {
-                if matches!(e, Dial::AuthFailed | Dial::Kerberos(_)) {
-                    // The client stops: the session goes now, not at its expiry (a server
-                    // that keeps the connection after a failed exchange still takes this).
+                // The session goes now, not at its expiry (a server that keeps the connection
+                // after a failed exchange still takes this): when the client stops, and when
+                // the session was made by this connection, which no later one will resume.
+                let fresh = resume.as_ref().is_none_or(|s| s.id.0 != answer.session_id);
+                if fresh || matches!(e, Dial::AuthFailed | Dial::Kerberos(_)) {
                     let _ = writer.write_all(&Enc::request(3, op::CLOSE_SESSION).finish());
                 }
                 return Err(e);
@@ -682,6 +736,7 @@ impl Core {
 #[cfg(feature = "sasl")]
 fn sasl_exchange(
     mechanism: &super::super::sasl::Mechanism,
+    kerberos: Kerberos,
     host: &str,
     r: &mut LinkReader,
     w: &mut LinkWriter,
@@ -714,26 +769,26 @@ fn sasl_exchange(
     let credentials = match mechanism {
         Mechanism::Digest(credentials) => credentials,
         #[cfg(feature = "gssapi")]
-        Mechanism::Gssapi(options) => {
-            use super::super::gssapi::{exchange, Failure};
-            let mut xid = 0;
-            let exchanged = exchange(options, host, |token| {
-                xid += 1;
-                ask(xid, token)
-            })?;
-            return match exchanged {
-                Ok(()) => Ok(()),
-                Err(Failure::Transient(why)) => {
-                    // Retried like a server that cannot be reached, but said: the cause is
-                    // not the server's.
-                    warn!("Kerberos, to be tried again: {why}");
-                    Err(Dial::Failed(format!("Kerberos: {why}")))
-                }
-                Err(Failure::Refused(why)) => Err(Dial::Kerberos(why)),
+        Mechanism::Gssapi(_) => {
+            let Some(started) = kerberos else {
+                return Err(Dial::Failed("Kerberos was not started".into()));
             };
+            let mut xid = 0;
+            let exchanged = super::super::gssapi::finish(started, host, |token| {
+                xid += 1;
+                // A server that refuses our ticket (its keytab stale, a replay) is this
+                // server's failure: another may take it.
+                ask(xid, token).map_err(|e| match e {
+                    Dial::AuthFailed => Dial::KerberosServer(format!(
+                        "the server {host} refused the Kerberos ticket"
+                    )),
+                    e => e,
+                })
+            })?;
+            return exchanged.map_err(kerberos_dial);
         }
     };
-    let _ = host;
+    let _ = (host, kerberos);
     let mut exchange = DigestMd5::new(credentials, cnonce().map_err(Dial::Failed)?);
     let challenge = ask(1, &[])?;
     if challenge.is_empty() {
