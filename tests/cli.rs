@@ -378,57 +378,31 @@ fn zk_lock_takes_the_tls_settings_java_users_bring() {
         dir.path().join("c.enc.key"),
     );
     pki.write_client("cli", &cert, &key);
-    let status = Command::new("openssl")
-        .args([
-            "pkcs8",
-            "-topk8",
-            "-v2",
-            "aes-256-cbc",
-            "-passout",
-            "pass:kpw",
-            "-in",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&encrypted)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let with_key = zk_lock(&server.connect_string())
-        .args(["--tls-ca"])
-        .arg(pki.ca())
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&encrypted)
-        .args([
-            &path,
-            "--",
-            "sh",
-            "-c",
-            "echo ${ZK_TLS_KEY_PASSWORD:-unset}",
-        ])
-        .env("ZK_TLS_KEY_PASSWORD", "kpw")
-        .output()
-        .unwrap();
+    common::pki::Pki::encrypt_key(&key, &encrypted, "kpw");
+    let with_key = |password: &str, command: &[&str]| {
+        zk_lock(&server.connect_string())
+            .args(["--tls-ca"])
+            .arg(pki.ca())
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&encrypted)
+            .arg(&path)
+            .arg("--")
+            .args(command)
+            .env("ZK_TLS_KEY_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let opened = with_key("kpw", &["sh", "-c", "echo ${ZK_TLS_KEY_PASSWORD:-unset}"]);
     assert_eq!(
-        code(&with_key),
+        code(&opened),
         0,
         "{}",
-        String::from_utf8_lossy(&with_key.stderr)
+        String::from_utf8_lossy(&opened.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&with_key.stdout).trim(), "unset");
-    let wrong = zk_lock(&server.connect_string())
-        .args(["--tls-ca"])
-        .arg(pki.ca())
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&encrypted)
-        .args([&path, "--", "true"])
-        .env("ZK_TLS_KEY_PASSWORD", "not it")
-        .output()
-        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&opened.stdout).trim(), "unset");
+    let wrong = with_key("not it", &["true"]);
     assert_ne!(code(&wrong), 0);
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("decrypt"));
 

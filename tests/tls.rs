@@ -310,22 +310,7 @@ fn an_encrypted_client_key_opens_with_its_password() {
         dir.path().join("me.enc.key"),
     );
     pki.write_client("encrypted", &cert, &key);
-    let status = std::process::Command::new("openssl")
-        .args([
-            "pkcs8",
-            "-topk8",
-            "-v2",
-            "aes-256-cbc",
-            "-passout",
-            "pass:s3cret pw",
-            "-in",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&encrypted)
-        .status()
-        .expect("openssl (apt-get install openssl)");
-    assert!(status.success());
+    Pki::encrypt_key(&key, &encrypted, "s3cret pw");
     assert!(std::fs::read_to_string(&encrypted)
         .unwrap()
         .contains("ENCRYPTED PRIVATE KEY"));
@@ -392,45 +377,19 @@ fn pkcs12_key_and_trust_stores_open_with_their_passwords() {
         ],
     );
     pki.write_client("p12-client", &path("me.pem"), &path("me.key"));
-    run(
-        "openssl",
-        &[
-            "pkcs12",
-            "-export",
-            "-in",
-            &p("me.pem"),
-            "-inkey",
-            &p("me.key"),
-            "-name",
-            "me",
-            "-passout",
-            "pass:key pw",
-            "-out",
-            &p("me.p12"),
-        ],
+    Pki::write_pkcs12(
+        &path("me.pem"),
+        &path("me.key"),
+        &path("me.p12"),
+        "key pw",
+        false,
     );
-    run(
-        "openssl",
-        &[
-            "pkcs12",
-            "-export",
-            "-in",
-            &p("me.pem"),
-            "-inkey",
-            &p("me.key"),
-            "-name",
-            "me",
-            "-passout",
-            "pass:key pw",
-            "-keypbe",
-            "PBE-SHA1-3DES",
-            "-certpbe",
-            "PBE-SHA1-3DES",
-            "-macalg",
-            "sha1",
-            "-out",
-            &p("me-3des.p12"),
-        ],
+    Pki::write_pkcs12(
+        &path("me.pem"),
+        &path("me.key"),
+        &path("me-3des.p12"),
+        "key pw",
+        true,
     );
     for key_store in ["me.p12", "me-3des.p12"] {
         let options = TlsOptions::pkcs12_trust_store(path("trust.p12"), "trust pw")

@@ -98,6 +98,53 @@ impl Pki {
         std::fs::write(file, crl.pem().unwrap()).unwrap();
     }
 
+    /// Writes into `encrypted` the PEM key `key` encrypted with `password` as Java users'
+    /// tools write it: `openssl pkcs8 -topk8 -v2 aes-256-cbc` (PKCS#8, PBES2).
+    pub fn encrypt_key(key: &Path, encrypted: &Path, password: &str) {
+        let pass = format!("pass:{password}");
+        let args = [
+            "pkcs8",
+            "-topk8",
+            "-v2",
+            "aes-256-cbc",
+            "-passout",
+            &pass,
+            "-in",
+        ];
+        openssl(
+            std::process::Command::new("openssl")
+                .args(args)
+                .arg(key)
+                .arg("-out")
+                .arg(encrypted),
+        );
+    }
+
+    /// Writes into `store` a PKCS#12 key store of the PEM certificate `cert` and key `key`,
+    /// with `password` and OpenSSL's default encryption (PBES2, AES-256), or with `legacy`
+    /// the PBE-SHA1-3DES that older tools wrote.
+    pub fn write_pkcs12(cert: &Path, key: &Path, store: &Path, password: &str, legacy: bool) {
+        let pass = format!("pass:{password}");
+        let mut cmd = std::process::Command::new("openssl");
+        cmd.args(["pkcs12", "-export", "-name", "me", "-passout", &pass, "-in"])
+            .arg(cert)
+            .arg("-inkey")
+            .arg(key)
+            .arg("-out")
+            .arg(store);
+        if legacy {
+            cmd.args([
+                "-keypbe",
+                "PBE-SHA1-3DES",
+                "-certpbe",
+                "PBE-SHA1-3DES",
+                "-macalg",
+                "sha1",
+            ]);
+        }
+        openssl(&mut cmd);
+    }
+
     /// The CA certificate's file.
     pub fn ca(&self) -> PathBuf {
         self.path("ca.pem")
@@ -130,4 +177,14 @@ impl Pki {
             plaintext_too: false,
         }
     }
+}
+
+/// Runs an `openssl` command, which must succeed.
+fn openssl(cmd: &mut std::process::Command) {
+    let out = cmd.output().expect("openssl (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -238,29 +238,32 @@ impl Core {
                     debug!("left {host} for a server of the new list");
                 }
                 Err(failure @ (Dial::Failed(_) | Dial::Tls(_) | Dial::KerberosServer(_))) => {
+                    // A failure waiting does not mend, with this server: the client stops
+                    // only when every server failed so before it ever connected.
+                    let mut unmended = |why: String, error: fn(String) -> Error| {
+                        unmended_in_a_row += 1;
+                        let stop = !ever_connected && unmended_in_a_row >= hosts.len();
+                        if stop {
+                            warn!(
+                                "TLS or Kerberos failed on every server before any connection; \
+                                 the client stops connecting"
+                            );
+                        }
+                        stop.then(|| error(why))
+                    };
                     let why = match failure {
                         Dial::Tls(why) => {
                             warn!("no TLS connection to {host}: {why}");
                             *self.tls_failure.lock() = Some(why.clone());
-                            unmended_in_a_row += 1;
-                            if !ever_connected && unmended_in_a_row >= hosts.len() {
-                                warn!(
-                                    "TLS or Kerberos failed on every server before any \
-                                     connection; the client stops connecting"
-                                );
-                                return self.stop_for(Error::Tls(why));
+                            if let Some(e) = unmended(why.clone(), Error::Tls) {
+                                return self.stop_for(e);
                             }
                             why
                         }
                         Dial::KerberosServer(why) => {
                             warn!("Kerberos failed with {host}: {why}");
-                            unmended_in_a_row += 1;
-                            if !ever_connected && unmended_in_a_row >= hosts.len() {
-                                warn!(
-                                    "TLS or Kerberos failed on every server before any \
-                                     connection; the client stops connecting"
-                                );
-                                return self.stop_for(Error::Kerberos(why));
+                            if let Some(e) = unmended(why.clone(), Error::Kerberos) {
+                                return self.stop_for(e);
                             }
                             why
                         }
