@@ -378,7 +378,7 @@ fn zk_lock_takes_the_tls_settings_java_users_bring() {
         dir.path().join("c.enc.key"),
     );
     pki.write_client("cli", &cert, &key);
-    common::pki::Pki::encrypt_key(&key, &encrypted, "kpw");
+    common::pki::Pki::encrypt_key(&key, &encrypted, "kpw", false);
     let with_key = |password: &str, command: &[&str]| {
         zk_lock(&server.connect_string())
             .args(["--tls-ca"])

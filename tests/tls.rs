@@ -310,7 +310,7 @@ fn an_encrypted_client_key_opens_with_its_password() {
         dir.path().join("me.enc.key"),
     );
     pki.write_client("encrypted", &cert, &key);
-    Pki::encrypt_key(&key, &encrypted, "s3cret pw");
+    Pki::encrypt_key(&key, &encrypted, "s3cret pw", false);
     assert!(std::fs::read_to_string(&encrypted)
         .unwrap()
         .contains("ENCRYPTED PRIVATE KEY"));
@@ -335,6 +335,14 @@ fn an_encrypted_client_key_opens_with_its_password() {
         }
         other => panic!("a wrong password opened the key: {other:?}"),
     }
+    // As OpenSSL 1.0 wrote them (3DES, the SHA-1 PRF), which Java's loader opens too.
+    let legacy = dir.path().join("me.legacy.key");
+    Pki::encrypt_key(&key, &legacy, "s3cret pw", true);
+    tls_client(
+        &server,
+        TlsOptions::new(pki.ca()).identity_encrypted(&cert, &legacy, "s3cret pw"),
+    )
+    .expect("in with the legacy-encrypted key");
 }
 
 /// Issue 39, item 6: PKCS#12 stores as Java users bring them: a trust store made by

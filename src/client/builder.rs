@@ -259,8 +259,11 @@ impl ClientBuilder {
     /// With TLS, the port a followed server serves TLS on, as `port(host, published)` says for
     /// its host and the plaintext client port the configuration publishes for it (servers
     /// that serve TLS on different ports; `Some(published)` for servers with
-    /// `client.portUnification`, which take TLS on their plaintext port). `None` refuses the
-    /// server: a configuration naming it is not followed, with a warning.
+    /// `client.portUnification`, which take TLS on their plaintext port). `None` (or a panic
+    /// in `port`, caught) refuses the server: a configuration naming it is not followed,
+    /// with a warning. A TLS-only ensemble (a `secureClientPort` and no `clientPort`)
+    /// publishes no client address at all: there is nothing to follow, and the client keeps
+    /// its connect string.
     pub fn follow_ensemble_secure_port_with(
         mut self,
         port: impl Fn(&str, u16) -> Option<u16> + Send + Sync + 'static,

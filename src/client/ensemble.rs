@@ -315,7 +315,22 @@ impl FollowPort {
                 let port = match self {
                     FollowPort::Published => Some(h.port),
                     FollowPort::Fixed(p) => Some(*p),
-                    FollowPort::With(f) => f(&h.host, h.port).filter(|p| *p != 0),
+                    // The user's code runs on the client's event thread: a panic there is
+                    // "no port" (and said), never the end of that thread.
+                    FollowPort::With(f) => {
+                        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            f(&h.host, h.port)
+                        }));
+                        asked
+                            .unwrap_or_else(|_| {
+                                log::warn!(
+                                    "follow_ensemble_secure_port_with panicked for {h}: not \
+                                     following"
+                                );
+                                None
+                            })
+                            .filter(|p| *p != 0)
+                    }
                 };
                 match port {
                     Some(port) => Ok(HostPort { port, ..h }),
@@ -348,6 +363,14 @@ mod tests {
             (h == "a").then_some(p + 100)
         }));
         assert_eq!(by_fn.place(published.clone()), Err(hp("b", 2181)));
+        // A rule that panics (a map lookup of a port it does not know) refuses the server,
+        // on the caller's thread, which goes on (review of issue 39: it ended the client's
+        // event thread, and with it the notice of a lock node's deletion).
+        let panics = FollowPort::With(std::sync::Arc::new(|_: &str, p: u16| {
+            let known = std::collections::HashMap::from([(2181u16, 2281u16)]);
+            Some(known[&(p + 1)])
+        }));
+        assert_eq!(panics.place(published.clone()), Err(hp("a", 2181)));
         assert_eq!(
             FollowPort::Published.place(published.clone()).unwrap(),
             published

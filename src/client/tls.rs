@@ -97,7 +97,8 @@ impl TlsOptions {
     }
 
     /// As [`identity`](Self::identity), with the private key in `key` encrypted (a PEM
-    /// `ENCRYPTED PRIVATE KEY`, PKCS#8 with PBES2: what `openssl pkcs8 -topk8` writes, and
+    /// `ENCRYPTED PRIVATE KEY`, PKCS#8 with PBES2, PBKDF2 (SHA-2 or SHA-1) or scrypt, AES-CBC
+    /// or 3DES: what `openssl pkcs8 -topk8` writes, today and in OpenSSL 1.0, and
     /// what ZooKeeper's Java client opens with `ssl.keyStore.password`). The password is
     /// wiped when these options are dropped and never reaches a log or `Debug`; a wrong one
     /// fails `connect` with [`Error::Tls`](crate::Error::Tls) at once. An unencrypted key is
@@ -137,12 +138,16 @@ impl TlsOptions {
     }
 
     /// Refuses servers whose certificate a certificate revocation list in the PEM file `crls`
-    /// revokes (one or more `X509 CRL` blocks, as `openssl ca -gencrl` writes them; Java's
-    /// `ssl.crl`). The file is read on every connection like the others, so a CRL published
-    /// in place applies from the next connection on. Every certificate of a server's chain
-    /// below the trusted authority must be covered by a CRL from its issuer: one whose status
-    /// cannot be told is refused, as revoked ones are. A CRL past its next update still
-    /// counts (refusing every server when a CRL is late would be an outage of its own).
+    /// revokes (one or more `X509 CRL` blocks, as `openssl ca -gencrl` writes them). Java's
+    /// `ssl.crl` fetches CRLs from the certificates' distribution points instead; here they
+    /// are a file, read on every connection like the others, so a CRL published in place
+    /// applies from the next connection on. Keep one CRL per issuer in the file, the latest:
+    /// rustls's verifier takes the first CRL whose issuer matches and looks no further (an
+    /// older one ahead of a newer one hides the newer's revocations), and a delta CRL is
+    /// refused. Every certificate of a server's chain below the trusted authority must be
+    /// covered by a CRL from its issuer: one whose status cannot be told is refused, as
+    /// revoked ones are. A CRL past its next update still counts (refusing every server when
+    /// a CRL is late would be an outage of its own; Java refuses it).
     pub fn crls(mut self, crls: impl Into<PathBuf>) -> TlsOptions {
         self.crls = Some(crls.into());
         self
@@ -385,7 +390,7 @@ fn decrypt_key(pem: &[u8], password: &str) -> Result<PrivateKeyDer<'static>, Str
     let plain = info.decrypt(password.as_bytes()).map_err(|e| {
         format!(
             "the key does not decrypt with the password given (a wrong password, or an \
-             encryption other than PBES2 with AES): {e}"
+             encryption other than PBES2 with PBKDF2 or scrypt and AES or 3DES): {e}"
         )
     })?;
     Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))

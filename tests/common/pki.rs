@@ -99,17 +99,17 @@ impl Pki {
     }
 
     /// Writes into `encrypted` the PEM key `key` encrypted with `password` as Java users'
-    /// tools write it: `openssl pkcs8 -topk8 -v2 aes-256-cbc` (PKCS#8, PBES2).
-    pub fn encrypt_key(key: &Path, encrypted: &Path, password: &str) {
+    /// tools write it: `openssl pkcs8 -topk8 -v2 aes-256-cbc` (PKCS#8, PBES2), or with
+    /// `legacy` as OpenSSL 1.0 did (3DES, PBKDF2 with HMAC-SHA1).
+    pub fn encrypt_key(key: &Path, encrypted: &Path, password: &str, legacy: bool) {
         let pass = format!("pass:{password}");
+        let (cipher, prf) = if legacy {
+            ("des3", "hmacWithSHA1")
+        } else {
+            ("aes-256-cbc", "hmacWithSHA256")
+        };
         let args = [
-            "pkcs8",
-            "-topk8",
-            "-v2",
-            "aes-256-cbc",
-            "-passout",
-            &pass,
-            "-in",
+            "pkcs8", "-topk8", "-v2", cipher, "-v2prf", prf, "-passout", &pass, "-in",
         ];
         openssl(
             std::process::Command::new("openssl")
