@@ -418,6 +418,27 @@ fn pkcs12_key_and_trust_stores_open_with_their_passwords() {
         Err(Error::Tls(why)) => assert!(why.contains("me.p12"), "{why}"),
         other => panic!("a wrong password opened the key store: {other:?}"),
     }
+    // A trust store made by OpenSSL marks nothing trusted (Java's keytool does): refused
+    // with what to do, not as an empty file.
+    let out = std::process::Command::new("openssl")
+        .args(["pkcs12", "-export", "-nokeys", "-passout", "pass:pw", "-in"])
+        .arg(pki.ca())
+        .arg("-out")
+        .arg(path("openssl-trust.p12"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match tls_client(
+        &server,
+        TlsOptions::pkcs12_trust_store(path("openssl-trust.p12"), "pw"),
+    ) {
+        Err(Error::Tls(why)) => assert!(why.contains("trusted certificate entry"), "{why}"),
+        other => panic!("expected the trust store's error, got {other:?}"),
+    }
     match tls_client(
         &server,
         TlsOptions::pkcs12_trust_store(path("trust.p12"), "nope"),

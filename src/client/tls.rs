@@ -172,10 +172,15 @@ impl TlsOptions {
                 .map_err(|e| format!("a CA certificate in {}: {e}", file.display()))?;
         }
         if roots.is_empty() {
-            return Err(format!(
-                "the CA file {} holds no certificate",
-                file.display()
-            ));
+            return Err(match &self.ca {
+                Store::Pem(_) => format!("the CA file {} holds no certificate", file.display()),
+                Store::Pkcs12(..) => format!(
+                    "the PKCS#12 trust store {} holds no trusted certificate entry (as \
+                     `keytool -importcert` makes them; certificates stored beside a key, or by \
+                     `openssl pkcs12` without a key, are not marked trusted)",
+                    file.display()
+                ),
+            });
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let versions = ClientConfig::builder_with_provider(provider.clone())
@@ -349,6 +354,18 @@ mod pkcs12 {
         password: &str,
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
         let keys = open(store, password)?;
+        // Which of several keys to present is the user's to say, not the first alias's.
+        let count = keys
+            .entries()
+            .filter(|(_, e)| matches!(e, KeyStoreEntry::PrivateKeyChain(_)))
+            .count();
+        if count > 1 {
+            return Err(format!(
+                "the PKCS#12 store {} holds {count} private keys; give one that holds only \
+                 the client's",
+                store.display()
+            ));
+        }
         let Some((_, chain)) = keys.private_key_chain() else {
             return Err(format!(
                 "the PKCS#12 store {} holds no private key with its certificate",

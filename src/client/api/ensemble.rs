@@ -15,7 +15,10 @@ impl Client {
     /// The ensemble's dynamic configuration (ZooKeeper ≥ 3.5), from the servers' own node
     /// `/zookeeper/config`, which no chroot or namespace hides. Its
     /// [`client_hosts`](EnsembleConfig::client_hosts) make a list for
-    /// [`update_hosts`](Self::update_hosts).
+    /// [`update_hosts`](Self::update_hosts), with their plaintext client ports: the
+    /// configuration has no place for a `secureClientPort`, so a TLS client gives each its
+    /// TLS port first (or lets [`follow_ensemble`](crate::ClientBuilder::follow_ensemble)
+    /// do it, with its secure-port rule).
     ///
     /// # Errors
     /// `Protocol` if the node does not hold a configuration; the errors of a read.
