@@ -28,6 +28,7 @@ use log::{debug, info, warn};
 use super::api::Client;
 use super::config::strip;
 use super::conn::Answer;
+use super::ensemble::EnsembleConfig;
 use super::events::{Chore, Job, Then};
 use super::session::{Core, Counters, Inbox, Phase};
 use super::types::{WatchEvent, WatchKind};
@@ -299,6 +300,55 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
     Some(chore)
 }
 
+/// Follows the ensemble's configuration `config` if it may: every member's client address
+/// given, every server admitted by the follow rule and given a port this client dials.
+fn follow(client: &Client, config: &EnsembleConfig) -> Next {
+    // A configuration that does not say where every member serves clients
+    // is not followed: the members it names alone are not the ensemble.
+    let Some(hosts) = config.client_hosts() else {
+        warn!(
+            "the ensemble's configuration leaves out some members' client \
+             addresses: not following it"
+        );
+        return Next::Done;
+    };
+    // Every server it names must be one this client may be sent to.
+    let rule = &client.core().config.follow_rule;
+    if let Some(out) = hosts.iter().find(|h| !rule.admits(&h.host)) {
+        warn!(
+            "the ensemble's configuration (version {:x}) names {out}, which \
+             neither the connect string nor follow_ensemble_hosts admits: not \
+             following it",
+            config.version
+        );
+        return Next::Done;
+    }
+    // Where this client dials them: a TLS client on their TLS ports.
+    let hosts = match client.core().config.follow_port.place(hosts) {
+        Ok(hosts) => hosts,
+        Err(out) => {
+            warn!(
+                "the ensemble's configuration (version {:x}) names {out}, for \
+                 which follow_ensemble_secure_port_with gives no TLS port: not \
+                 following it",
+                config.version
+            );
+            return Next::Done;
+        }
+    };
+    let known = client.core().host_list();
+    let same = hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));
+    if !hosts.is_empty() && !same {
+        info!(
+            "the ensemble's configuration (version {:x}) lists other servers: \
+             following it",
+            config.version
+        );
+        client.core().update_hosts(hosts);
+    }
+    Next::Done
+}
+
 /// Tries one chore.
 fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
     if current != Some(chore.session()) {
@@ -309,51 +359,12 @@ fn attempt(client: &Client, chore: Chore, current: Option<SessionId>) -> Next {
         Chore::FollowEnsemble { session } => {
             match client.ensemble_config_watch(&client.core().config_tx) {
                 Ok((config, _)) => {
-                    // A configuration that does not say where every member serves clients
-                    // is not followed: the members it names alone are not the ensemble.
-                    let Some(hosts) = config.client_hosts() else {
-                        warn!(
-                            "the ensemble's configuration leaves out some members' client \
-                             addresses: not following it"
-                        );
-                        return Next::Done;
-                    };
-                    // Every server it names must be one this client may be sent to.
-                    let rule = &client.core().config.follow_rule;
-                    if let Some(out) = hosts.iter().find(|h| !rule.admits(&h.host)) {
-                        warn!(
-                            "the ensemble's configuration (version {:x}) names {out}, which \
-                             neither the connect string nor follow_ensemble_hosts admits: not \
-                             following it",
-                            config.version
-                        );
-                        return Next::Done;
-                    }
-                    // Where this client dials them: a TLS client on their TLS ports.
-                    let hosts = match client.core().config.follow_port.place(hosts) {
-                        Ok(hosts) => hosts,
-                        Err(out) => {
-                            warn!(
-                                "the ensemble's configuration (version {:x}) names {out}, for \
-                                 which follow_ensemble_secure_port_with gives no TLS port: not \
-                                 following it",
-                                config.version
-                            );
-                            return Next::Done;
-                        }
-                    };
-                    let known = client.core().host_list();
-                    let same =
-                        hosts.len() == known.len() && hosts.iter().all(|h| known.contains(h));
-                    if !hosts.is_empty() && !same {
-                        info!(
-                            "the ensemble's configuration (version {:x}) lists other servers: \
-                             following it",
-                            config.version
-                        );
-                        client.core().update_hosts(hosts);
-                    }
-                    Next::Done
+                    let judged = follow(client, &config);
+                    client
+                        .core()
+                        .config_judged
+                        .store(config.version, std::sync::atomic::Ordering::SeqCst);
+                    judged
                 }
                 Err(e) if again(&e) => Next::Again(Chore::FollowEnsemble { session }),
                 Err(e) => {

@@ -274,6 +274,18 @@ impl Client {
         self.core.session_credentials()
     }
 
+    /// Test hook: the version of the latest ensemble configuration this client judged when
+    /// following the ensemble (followed or refused), if any.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_config_judged(&self) -> Option<u64> {
+        let v = self
+            .core
+            .config_judged
+            .load(std::sync::atomic::Ordering::SeqCst);
+        (v != 0).then_some(v)
+    }
+
     /// Test hook: how many watchers the client's registry holds.
     #[cfg(feature = "testing")]
     #[doc(hidden)]

@@ -90,9 +90,9 @@ enum Dial {
 
 /// A GSSAPI exchange whose KDC work is done, if the client speaks Kerberos.
 #[cfg(feature = "gssapi")]
-type Kerberos = Option<super::super::gssapi::Started>;
+type KerberosStart = Option<super::super::gssapi::Started>;
 #[cfg(not(feature = "gssapi"))]
-type Kerberos = Option<std::convert::Infallible>;
+type KerberosStart = Option<std::convert::Infallible>;
 
 /// How a Kerberos failure ends a dial.
 #[cfg(feature = "gssapi")]
@@ -162,9 +162,10 @@ impl Core {
         // Spreads clients over the ensemble.
         fastrand::shuffle(&mut hosts);
         let mut failures = 0u32;
-        // TLS failures in a row, and whether this client ever had a connection: one that never
-        // had one and fails TLS on every server stops (a certificate does not verify by
-        // waiting); one that had stays, as a certificate may be put right meanwhile.
+        // Failures waiting does not mend (TLS, a server's Kerberos) in a row, and whether this
+        // client ever had a connection: one that never had one and failed so on every server
+        // stops (a certificate does not verify by waiting); one that had stays, as a
+        // certificate or a keytab may be put right meanwhile.
         let mut unmended_in_a_row = 0usize;
         let mut ever_connected = false;
         let mut next = 0usize;
@@ -370,14 +371,14 @@ impl Core {
         // Kerberos's KDC work first, before any connection: a slow or unreachable KDC then
         // holds no session on a server, and leaves none behind.
         #[cfg(feature = "gssapi")]
-        let kerberos: Kerberos = match &self.config.sasl {
+        let kerberos: KerberosStart = match &self.config.sasl {
             Some(super::super::sasl::Mechanism::Gssapi(options)) => {
                 Some(super::super::gssapi::start(options, &host.host).map_err(kerberos_dial)?)
             }
             _ => None,
         };
         #[cfg(not(feature = "gssapi"))]
-        let kerberos: Kerberos = None;
+        let kerberos: KerberosStart = None;
         if let Some(old) = self.to_close.lock().take() {
             let closed = link::open(&target, &self.config.security, until, |s| {
                 self.track_connecting(s)
@@ -739,7 +740,7 @@ impl Core {
 #[cfg(feature = "sasl")]
 fn sasl_exchange(
     mechanism: &super::super::sasl::Mechanism,
-    kerberos: Kerberos,
+    kerberos: KerberosStart,
     host: &str,
     r: &mut LinkReader,
     w: &mut LinkWriter,

@@ -174,6 +174,9 @@ pub(crate) struct Core {
     /// Why the latest connection attempt failed in its TLS setup, until one succeeds: what
     /// `connect()` reports instead of a bare timeout.
     pub tls_failure: Mutex<Option<String>>,
+    /// The version of the latest ensemble configuration the janitor judged (followed or
+    /// not), 0 before any: how a test knows the decision is made.
+    pub config_judged: std::sync::atomic::AtomicU64,
     /// The servers to connect to, and the one connected to (see `update_hosts`).
     hosts: Mutex<Hosts>,
     /// A session the client declared lost while the server may still keep it: closed on the
@@ -253,6 +256,7 @@ impl Core {
             stopped,
             connecting: Mutex::new(None),
             tls_failure: Mutex::new(None),
+            config_judged: std::sync::atomic::AtomicU64::new(0),
             hosts: Mutex::new(Hosts {
                 list: config_hosts.clone(),
                 current: None,
