@@ -117,6 +117,79 @@ impl ZkCode {
     }
 }
 
+/// What a client's attempts to connect met that waiting alone does not mend: someone must
+/// change a certificate, a key or a principal. Told by
+/// [`Client::connect_failure`](crate::Client::connect_failure), by the
+/// [`Error::ConnectionLoss`] and [`Error::Timeout`] that the client's calls return when they
+/// find no connection, and by the `Lost` [state event](crate::StateEvent): the latest such
+/// failure of a server, until that server fails otherwise (down, unreachable: the failure is
+/// no longer what stops the client there), leaves the server list, or a connection is made.
+/// The client keeps trying (another server, or the same one once mended, may let it in); the
+/// log has the whole message, with the server and the names.
+///
+/// A network fault or a server that is down is no such failure (`None` where one is carried).
+/// Recipes that turn a lost connection into an answer of their own (a wait that returns
+/// `false`, an [`Error::OutcomeUnknown`]) do not carry it; `Client::connect_failure` tells it
+/// then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// The server's certificate does not name the host dialled (or the name given by
+    /// `TlsOptions::server_name`).
+    CertificateNameMismatch,
+    /// The server's certificate has expired.
+    CertificateExpired,
+    /// The server's certificate is not valid yet (or the clocks disagree).
+    CertificateNotYetValid,
+    /// The server's certificate was issued by no authority this client trusts.
+    CertificateUnknownIssuer,
+    /// The server's certificate is revoked by one of the client's CRLs.
+    CertificateRevoked,
+    /// The server's certificate does not verify for another reason (a bad signature, a use
+    /// it is not issued for, an encoding the client cannot read, a revocation status the
+    /// client's CRLs do not give).
+    CertificateInvalid,
+    /// The server ended the TLS handshake with an alert: most often it refused this client's
+    /// certificate (none given, expired, or from an authority it does not trust), or shares
+    /// no protocol version or cipher with the client.
+    TlsRefusedByServer,
+    /// The client's own TLS files (certificate, key, trust store, CRLs) could not be read or
+    /// used.
+    TlsFiles,
+    /// Any other TLS failure: a server that closed the connection during the handshake (a
+    /// port that does not speak TLS, a server that wants a client certificate and says it no
+    /// other way, but also a server at its connection limit or a proxy whose server is down),
+    /// a name given to `TlsOptions::server_name` that cannot name a certificate, a protocol or
+    /// cipher the client found the server does not share.
+    Tls,
+    /// Kerberos failed with the server: the KDC knows no principal for it, or it did not
+    /// prove it holds that principal's key, or it refused this client's ticket.
+    Kerberos,
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConnectFailure::CertificateNameMismatch => {
+                "the server's certificate does not name the host dialled"
+            }
+            ConnectFailure::CertificateExpired => "the server's certificate has expired",
+            ConnectFailure::CertificateNotYetValid => "the server's certificate is not valid yet",
+            ConnectFailure::CertificateUnknownIssuer => {
+                "the server's certificate is issued by no authority this client trusts"
+            }
+            ConnectFailure::CertificateRevoked => "the server's certificate is revoked",
+            ConnectFailure::CertificateInvalid => "the server's certificate does not verify",
+            ConnectFailure::TlsRefusedByServer => {
+                "the server refused the TLS handshake (this client's certificate?)"
+            }
+            ConnectFailure::TlsFiles => "this client's TLS files cannot be read or used",
+            ConnectFailure::Tls => "the TLS handshake failed",
+            ConnectFailure::Kerberos => "Kerberos failed with the server",
+        })
+    }
+}
+
 /// Everything that can go wrong in this crate.
 ///
 /// Messages say what happened and, where there is one, what to do about it.
@@ -133,13 +206,22 @@ pub enum Error {
     },
     /// The connection to the server broke while a request was outstanding, or no connection
     /// came back within the connection timeout. The request may or may not have been applied.
-    ConnectionLoss,
+    ConnectionLoss {
+        /// What the client's attempts to connect again met that waiting does not mend (a
+        /// server certificate that stopped verifying, say), if it knows; `None` for a network
+        /// fault or a server that is down. The same as
+        /// [`Client::connect_failure`](crate::Client::connect_failure) when the error was made.
+        cause: Option<ConnectFailure>,
+    },
     /// A deadline passed before the operation completed.
     Timeout {
         /// What was being waited for.
         what: String,
         /// How long the caller allowed.
         after: Duration,
+        /// For a wait for a connection: what the client's attempts met that waiting does not
+        /// mend, as for [`Error::ConnectionLoss`]; `None` otherwise.
+        cause: Option<ConnectFailure>,
     },
     /// The session that the operation (or a lock) belonged to is gone: expired on the server or
     /// declared lost by the client. Ephemeral nodes of that session are (or will shortly be) gone.
@@ -237,7 +319,7 @@ impl Error {
     /// Maps a server error code onto ours; `path` is the caller's path.
     pub(crate) fn from_zk(code: ZkCode, path: &str) -> Error {
         match code {
-            ZkCode::ConnectionLoss | ZkCode::OperationTimeout => Error::ConnectionLoss,
+            ZkCode::ConnectionLoss | ZkCode::OperationTimeout => Error::connection_loss(),
             code => Error::ZooKeeper {
                 code,
                 path: path.to_owned(),
@@ -263,7 +345,7 @@ impl Error {
     /// [`Error::OutcomeUnknown`] for `path`.
     pub(crate) fn unknown_if_lost(self, path: &str) -> Error {
         match self {
-            Error::ConnectionLoss | Error::Timeout { .. } | Error::SessionLost { .. } => {
+            Error::ConnectionLoss { .. } | Error::Timeout { .. } | Error::SessionLost { .. } => {
                 Error::OutcomeUnknown { path: path.into() }
             }
             e => e,
@@ -274,6 +356,45 @@ impl Error {
         Error::Timeout {
             what: what.into(),
             after,
+            cause: None,
+        }
+    }
+
+    /// A connection loss whose cause is not known here (the client's calls add it).
+    pub(crate) fn connection_loss() -> Error {
+        Error::ConnectionLoss { cause: None }
+    }
+
+    /// True for [`Error::ConnectionLoss`], whatever its cause: the error a caller may retry
+    /// once a connection is back.
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Error::ConnectionLoss { .. })
+    }
+
+    /// The cause a [`ConnectionLoss`](Error::ConnectionLoss) or a
+    /// [`Timeout`](Error::Timeout) carries: what the client's attempts to connect met that
+    /// waiting does not mend.
+    pub fn connect_failure(&self) -> Option<ConnectFailure> {
+        match self {
+            Error::ConnectionLoss { cause } | Error::Timeout { cause, .. } => *cause,
+            _ => None,
+        }
+    }
+
+    /// This error with `cause` given to a `ConnectionLoss` or `Timeout` that has none.
+    pub(crate) fn caused_by(self, failure: Option<ConnectFailure>) -> Error {
+        match self {
+            Error::ConnectionLoss { cause: None } => Error::ConnectionLoss { cause: failure },
+            Error::Timeout {
+                what,
+                after,
+                cause: None,
+            } => Error::Timeout {
+                what,
+                after,
+                cause: failure,
+            },
+            e => e,
         }
     }
 }
@@ -301,13 +422,25 @@ impl fmt::Display for Error {
                 ),
                 code => write!(f, "ZooKeeper error {code:?} at {path}"),
             },
-            Error::ConnectionLoss => write!(
+            Error::ConnectionLoss { cause: None } => write!(
                 f,
                 "connection to ZooKeeper lost; the request may or may not have been applied \
                  (check the servers and the connect string)"
             ),
-            Error::Timeout { what, after } => {
-                write!(f, "timed out after {after:?} waiting for {what}")
+            Error::ConnectionLoss { cause: Some(cause) } => write!(
+                f,
+                "connection to ZooKeeper lost; the request may or may not have been applied; \
+                 the client's attempts to connect again fail: {cause} (the log says more)"
+            ),
+            Error::Timeout { what, after, cause } => {
+                write!(f, "timed out after {after:?} waiting for {what}")?;
+                match cause {
+                    Some(cause) => write!(
+                        f,
+                        "; the client's attempts to connect fail: {cause} (the log says more)"
+                    ),
+                    None => Ok(()),
+                }
             }
             Error::SessionLost { session_id } => write!(
                 f,
@@ -360,7 +493,7 @@ mod tests {
     fn connection_loss_codes_are_folded_into_one_variant() {
         assert_eq!(
             Error::from_zk(ZkCode::ConnectionLoss, "/a"),
-            Error::ConnectionLoss
+            Error::ConnectionLoss { cause: None }
         );
         let e = Error::from_zk(ZkCode::NoNode, "/a/b");
         assert!(e.is_no_node());

@@ -58,7 +58,7 @@ pub use client::{
     EnsembleConfig, EnsembleMember, Op, OpResult, SessionId, Stat, StateEvent, Subscription,
     WatchEvent, WatchKind,
 };
-pub use error::{Error, Result, ZkCode};
+pub use error::{ConnectFailure, Error, Result, ZkCode};
 pub use leader::{
     LeaderLatch, LeaderSelector, LeadershipContext, LeadershipEvent, LeadershipPolicy, TermOutcome,
 };

@@ -379,22 +379,32 @@ fn zk_lock_takes_the_tls_settings_java_users_bring() {
     );
     pki.write_client("cli", &cert, &key);
     common::pki::Pki::encrypt_key(&key, &encrypted, "kpw", false);
-    let with_key = |password: &str, command: &[&str]| {
-        zk_lock(&server.connect_string())
-            .args(["--tls-ca"])
+    // The key's password from the environment (`Some`) or from --tls-key-password-file.
+    let with_key = |password: Option<&str>, command: &[&str]| {
+        let mut cmd = zk_lock(&server.connect_string());
+        cmd.args(["--tls-ca"])
             .arg(pki.ca())
             .arg("--tls-cert")
             .arg(&cert)
             .arg("--tls-key")
-            .arg(&encrypted)
-            .arg(&path)
-            .arg("--")
-            .args(command)
-            .env("ZK_TLS_KEY_PASSWORD", password)
-            .output()
-            .unwrap()
+            .arg(&encrypted);
+        match password {
+            Some(password) => cmd.env("ZK_TLS_KEY_PASSWORD", password),
+            None => {
+                // Its line's end is not part of it.
+                let file = dir.path().join("key.password");
+                std::fs::write(&file, "kpw\n").unwrap();
+                cmd.arg("--tls-key-password-file")
+                    .arg(file)
+                    .env_remove("ZK_TLS_KEY_PASSWORD")
+            }
+        };
+        cmd.arg(&path).arg("--").args(command).output().unwrap()
     };
-    let opened = with_key("kpw", &["sh", "-c", "echo ${ZK_TLS_KEY_PASSWORD:-unset}"]);
+    let opened = with_key(
+        Some("kpw"),
+        &["sh", "-c", "echo ${ZK_TLS_KEY_PASSWORD:-unset}"],
+    );
     assert_eq!(
         code(&opened),
         0,
@@ -402,9 +412,16 @@ fn zk_lock_takes_the_tls_settings_java_users_bring() {
         String::from_utf8_lossy(&opened.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&opened.stdout).trim(), "unset");
-    let wrong = with_key("not it", &["true"]);
+    let wrong = with_key(Some("not it"), &["true"]);
     assert_ne!(code(&wrong), 0);
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("decrypt"));
+    let from_file = with_key(None, &["true"]);
+    assert_eq!(
+        code(&from_file),
+        0,
+        "{}",
+        String::from_utf8_lossy(&from_file.stderr)
+    );
 
     // --tls-crl: a CRL that revokes the server's certificate refuses it, at once.
     let crl = tempfile::NamedTempFile::new().unwrap();

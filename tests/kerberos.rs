@@ -158,6 +158,36 @@ fn the_server_principal_follows_the_host_dialled() {
     .expect("the whole principal, given");
 }
 
+/// Review of issue 39, item 5: Kerberos failing with one server while the other is down does
+/// not stop `connect` early (the other may come up), but when the connection timeout runs out
+/// the error says what failed, naming the principal, instead of a bare timeout.
+#[test]
+fn kerberos_failing_with_a_server_is_told_when_connect_runs_out_of_time() {
+    let _kdc = kdc_shared();
+    let server = kerberos_server();
+    let (late, keytab) = principal("runs-out-of-time");
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let connect_string = format!("127.0.0.1:{},{down}", server.addr().port());
+    let result = Client::builder(&connect_string)
+        .session_timeout(Duration::from_secs(4))
+        .tick_time(Duration::from_millis(100))
+        .connection_timeout(Duration::from_secs(3))
+        .sasl_gssapi(
+            GssapiOptions::new()
+                .principal(&late)
+                .keytab(&keytab)
+                .canonicalize_host(false),
+        )
+        .connect();
+    match result {
+        Err(Error::Kerberos(why)) => assert!(why.contains("zookeeper/127.0.0.1"), "{why}"),
+        other => panic!("expected the Kerberos failure, got {other:?}"),
+    }
+}
+
 /// A client that asks for another server principal than the one the server holds (a server
 /// that is not who the client wants) does not get a session.
 #[test]

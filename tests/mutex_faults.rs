@@ -617,7 +617,7 @@ fn a_waiter_whose_look_at_the_line_breaks_while_its_session_lives_is_told_connec
     proxy.refuse();
     let told = waiting.join().unwrap();
     assert!(
-        matches!(told, Err(Error::ConnectionLoss)),
+        matches!(told, Err(Error::ConnectionLoss { .. })),
         "a waiter whose session lives was told {told:?}"
     );
     proxy.heal();

@@ -19,7 +19,7 @@ fn remove_members(admin: &zk_recipes::Client, ids: &[u64]) -> zk_recipes::Ensemb
     for _ in 0..5 {
         match admin.reconfig(&[], ids, None) {
             Ok((config, _)) => return config,
-            Err(zk_recipes::Error::ConnectionLoss) => {
+            Err(zk_recipes::Error::ConnectionLoss { .. }) => {
                 let (now, _) = admin.ensemble_config().expect("the configuration after");
                 if now.servers.iter().all(|m| !ids.contains(&m.id)) {
                     return now;

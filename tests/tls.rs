@@ -75,7 +75,7 @@ fn a_server_asked_for_both_serves_tls_and_plaintext_clients_of_one_tree() {
         .connect()
         .unwrap_err();
     assert!(
-        matches!(e, Error::ConnectionLoss | Error::Timeout { .. }),
+        matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. }),
         "{e:?}"
     );
 }
@@ -446,4 +446,108 @@ fn pkcs12_key_and_trust_stores_open_with_their_passwords() {
         Err(Error::Tls(why)) => assert!(why.contains("trust.p12"), "{why}"),
         other => panic!("a wrong password opened the trust store: {other:?}"),
     }
+}
+
+/// Issue 39, item 5: a certificate that stops verifying after `connect` is reported, not
+/// retried in silence. The client's one address (a proxy) is moved to a server whose
+/// certificate names another host, then to one whose certificate expired, then back:
+/// `connect_failure`, the errors of calls that find no connection and the `Lost` event say
+/// which; the client keeps trying, and is back with a new session (and no cause) once a
+/// server's certificate verifies again.
+#[test]
+fn a_certificate_that_stops_verifying_after_connect_is_told_to_callers_and_listeners() {
+    use zk_recipes::{ConnectFailure, ConnectionState, RetryPolicy};
+    let pki = Pki::new("rotated");
+    let good = tls_server(&pki, false);
+    let start = |tls| {
+        TestingServer::with_options(ServerOptions {
+            tls: Some(tls),
+            ..ServerOptions::default()
+        })
+        .expect("a TLS server")
+    };
+    let misnamed = start(pki.server_misissued("misnamed", &["elsewhere.test"], false));
+    let expired = start(pki.server_misissued("expired", &["127.0.0.1"], true));
+    let proxy = zk_recipes::testing::FaultProxy::start(good.addr()).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .tick_time(good.tick_time())
+        .connection_timeout(Duration::from_secs(2))
+        .retry_policy(RetryPolicy::never())
+        .tls(TlsOptions::new(pki.ca()))
+        .connect()
+        .expect("a TLS session");
+    let lost = client.session_id().unwrap();
+    assert_eq!(client.connect_failure(), None);
+    let events = client.subscribe();
+
+    let stops_on = |cause: ConnectFailure| {
+        wait_for(SOON, || {
+            (client.connect_failure() == Some(cause)).then_some(())
+        })
+        .unwrap_or_else(|| panic!("no {cause:?} told: {:?}", client.connect_failure()));
+    };
+    proxy.retarget(misnamed.addr());
+    proxy.cut();
+    let suspended = next_state(&events, ConnectionState::Suspended);
+    assert_eq!(suspended.session_id, lost);
+    assert_eq!(
+        suspended.cause, None,
+        "told as the connection ends, before any attempt"
+    );
+    stops_on(ConnectFailure::CertificateNameMismatch);
+    // A call bounded by its deadline, and one bounded by the connection timeout.
+    match client.with_timeout(Duration::from_millis(300)).exists("/") {
+        Err(Error::Timeout { cause, .. }) => {
+            assert_eq!(cause, Some(ConnectFailure::CertificateNameMismatch))
+        }
+        other => panic!("expected a timeout that says why, got {other:?}"),
+    }
+    match client.exists("/") {
+        Err(e @ Error::ConnectionLoss { .. }) => {
+            assert_eq!(
+                e.connect_failure(),
+                Some(ConnectFailure::CertificateNameMismatch)
+            );
+            assert!(e.to_string().contains("does not name the host"), "{e}");
+        }
+        other => panic!("expected a connection loss that says why, got {other:?}"),
+    }
+    let gone = next_state(&events, ConnectionState::Lost);
+    assert_eq!(gone.session_id, lost);
+    assert_eq!(gone.cause, Some(ConnectFailure::CertificateNameMismatch));
+
+    proxy.retarget(expired.addr());
+    stops_on(ConnectFailure::CertificateExpired);
+    match client.with_timeout(Duration::from_millis(300)).exists("/") {
+        Err(e) => assert_eq!(
+            e.connect_failure(),
+            Some(ConnectFailure::CertificateExpired),
+            "{e:?}"
+        ),
+        Ok(found) => panic!("answered through an expired certificate: {found:?}"),
+    }
+
+    // The expired server goes down: what stops the client there is no longer its
+    // certificate (the proxy resets the connections it cannot pass on, as a server that is
+    // down refuses them).
+    expired.stop();
+    wait_for(SOON, || client.connect_failure().is_none().then_some(()))
+        .expect("the cause is no longer told once the server fails otherwise");
+    match client.with_timeout(Duration::from_millis(300)).exists("/") {
+        Err(e) => assert_eq!(e.connect_failure(), None, "{e:?}"),
+        Ok(found) => panic!("answered by a server that is down: {found:?}"),
+    }
+
+    proxy.retarget(good.addr());
+    let back = next_state(&events, ConnectionState::Connected);
+    assert_ne!(back.session_id, lost, "a new session");
+    assert_eq!(
+        client.connect_failure(),
+        None,
+        "cleared before Connected is told"
+    );
+    client
+        .exists("/")
+        .expect("answered once the certificate verifies");
 }

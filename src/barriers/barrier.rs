@@ -110,7 +110,7 @@ impl DistributedBarrier {
                     }
                 }
                 Err(Error::Timeout { .. }) => return Ok(false),
-                Err(Error::ConnectionLoss) => {}
+                Err(Error::ConnectionLoss { .. }) => {}
                 Err(e) => return Err(e),
             }
             if !watching.wait(deadline)? {

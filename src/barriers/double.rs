@@ -325,7 +325,7 @@ impl DistributedDoubleBarrier {
     /// Makes our member node if the client's session has none of ours; returns it.
     fn ensure_own_node(&self, client: &Client) -> Result<Member> {
         let Some(session) = client.session_id() else {
-            return Err(Error::ConnectionLoss);
+            return Err(client.connection_loss());
         };
         let path = {
             let mut own = self.own.lock();
@@ -365,7 +365,7 @@ impl DistributedDoubleBarrier {
                 Ok(member)
             }
             // Gone again already: its session was lost meanwhile. The next look makes another.
-            None => Err(Error::ConnectionLoss),
+            None => Err(client.connection_loss()),
         }
     }
 
@@ -395,7 +395,7 @@ impl Drop for DistributedDoubleBarrier {
 /// caller's.
 fn passable(e: Error) -> Result<Step> {
     match e {
-        Error::ConnectionLoss | Error::SessionLost { .. } => Ok(Step::Wait),
+        Error::ConnectionLoss { .. } | Error::SessionLost { .. } => Ok(Step::Wait),
         Error::Timeout { .. } => Ok(Step::Done(false)),
         e => Err(e),
     }

@@ -246,7 +246,7 @@ fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
 fn error_code(e: &Error) -> u8 {
     match e {
         Error::InvalidPath { .. } | Error::BadArguments(_) => code::USAGE,
-        Error::Timeout { .. } | Error::ConnectionLoss => code::UNAVAILABLE,
+        Error::Timeout { .. } | Error::ConnectionLoss { .. } => code::UNAVAILABLE,
         Error::Tls(_) => code::UNAVAILABLE,
         _ => code::ZOOKEEPER,
     }

@@ -454,7 +454,7 @@ impl Inner {
         }
         let on = connection_of(&client);
         if on.is_none() {
-            return Err(Error::ConnectionLoss);
+            return Err(client.connection_loss());
         }
         if self.state.lock().built_on != on {
             if !self.state.lock().one_shot {
@@ -495,7 +495,7 @@ impl Inner {
             }
             if connection_of(&client) != on {
                 // The connection changed under the read: read again on the new one.
-                return Err(Error::ConnectionLoss);
+                return Err(client.connection_loss());
             }
             self.state.lock().built_on = on;
             self.changed.notify_all();

@@ -10,7 +10,7 @@ use super::janitor;
 use super::session::Core;
 use crate::acl::Acl;
 use crate::connect_string::ConnectString;
-use crate::error::{Error, Result};
+use crate::error::{ConnectFailure, Error, Result};
 use crate::paths;
 use crate::retry::RetryPolicy;
 use crate::SessionId;
@@ -399,7 +399,10 @@ impl ClientBuilder {
     /// # Errors
     /// `BadArguments` for a bad connect string, namespace or timeout; `Timeout` when no session
     /// was established in time (nothing listens, or the servers do not answer); `AuthFailed`
-    /// when the server refused the credentials.
+    /// when the server refused the credentials; `Tls` when TLS failed on every server (at
+    /// once), or was the last failure waiting does not mend when the time ran out; `Kerberos`
+    /// for this client's own Kerberos credentials (at once), or, as for `Tls`, Kerberos
+    /// failing with the servers.
     pub fn connect(self) -> Result<Client> {
         let config = self.config()?;
         let connection_timeout = config.connection_timeout;
@@ -420,9 +423,17 @@ impl ClientBuilder {
         let until = Instant::now() + connection_timeout;
         match client.core().wait_connected(until) {
             Ok(_) => {}
-            Err(Error::ConnectionLoss) => {
-                if let Some(why) = client.core().tls_failure.lock().take() {
-                    return Err(Error::Tls(why));
+            Err(Error::ConnectionLoss { .. }) => {
+                let unmended = client
+                    .core()
+                    .unmended
+                    .lock()
+                    .latest()
+                    .map(|(cause, why)| (cause, why.to_owned()));
+                match unmended {
+                    Some((ConnectFailure::Kerberos, why)) => return Err(Error::Kerberos(why)),
+                    Some((_, why)) => return Err(Error::Tls(why)),
+                    None => {}
                 }
                 return Err(Error::timeout(
                     format!(

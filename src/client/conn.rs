@@ -309,7 +309,10 @@ impl Outbox {
             // so the wait below cannot miss it.
             let seen = *self.openings.lock();
             let w = match deadline {
-                Some(d) => self.wire.try_lock_until(d).ok_or(Error::ConnectionLoss)?,
+                Some(d) => self
+                    .wire
+                    .try_lock_until(d)
+                    .ok_or(Error::connection_loss())?,
                 None => self.wire.lock(),
             };
             if let Some(e) = &w.shut {
@@ -333,7 +336,7 @@ impl Outbox {
                 }
             }
             if *openings == seen {
-                return Err(Error::ConnectionLoss);
+                return Err(Error::connection_loss());
             }
         };
         self.write(&mut w, frames, deadline)
@@ -358,7 +361,7 @@ impl Outbox {
             return Err(e.clone());
         }
         if w.stream.is_none() {
-            return Err(Error::ConnectionLoss);
+            return Err(Error::connection_loss());
         }
         self.write(&mut w, frames, deadline).map(Some)
     }
@@ -470,7 +473,7 @@ impl Outbox {
                     let mut answers = self.answers.lock();
                     let keep = answers.pending.len().saturating_sub(ours);
                     answers.pending.truncate(keep);
-                    return Err(Error::ConnectionLoss);
+                    return Err(Error::connection_loss());
                 }
                 log::debug!("write failed: {}; the connection is dropped", failure.error);
                 if let Some(s) = w.stream.as_ref() {
@@ -481,7 +484,7 @@ impl Outbox {
                     // Some of it went: its answers may come, or the connection's end.
                     return Ok(tickets);
                 }
-                return Err(Error::ConnectionLoss);
+                return Err(Error::connection_loss());
             }
             self.sent_at(sent);
         }
@@ -769,7 +772,7 @@ mod tests {
         let took = started.elapsed();
         assert!(took < Duration::from_secs(1), "waited {took:?}");
         assert!(
-            matches!(sent, Err(Error::ConnectionLoss)),
+            matches!(sent, Err(Error::ConnectionLoss { .. })),
             "{:?}",
             sent.as_ref().map(|t| t.as_ref().map(|t| t.len()))
         );

@@ -200,6 +200,9 @@ impl HostPattern {
     /// `host`, `*.domain`, or `address/prefix`.
     fn parse(s: &str) -> Option<HostPattern> {
         let s = s.trim().to_ascii_lowercase();
+        if s.parse::<IpAddr>().is_ok() {
+            return Some(HostPattern::Host(canonical(&s)));
+        }
         if let Some(domain) = s.strip_prefix("*.") {
             return crate::connect_string::valid_host(domain)
                 .then(|| HostPattern::Domain(domain.to_owned()));
@@ -246,7 +249,7 @@ impl FollowRule {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut seeds: Vec<String> = seeds.iter().map(|h| h.host.to_ascii_lowercase()).collect();
+        let mut seeds: Vec<String> = seeds.iter().map(|h| canonical(&h.host)).collect();
         // The seeds' domains, as patterns of their own.
         let domains: Vec<HostPattern> = seeds
             .iter()
@@ -263,8 +266,19 @@ impl FollowRule {
 
     /// Whether a configuration may send this client to `host`.
     pub fn admits(&self, host: &str) -> bool {
-        let host = host.to_ascii_lowercase();
+        let host = canonical(host);
         self.seeds.contains(&host) || self.allowed.iter().any(|p| p.matches(&host))
+    }
+}
+
+/// A host as the follow rule compares it: an address in its one canonical form
+/// (`0:0:0:0:0:0:0:1` and `[::1]` are `::1`, as ZooKeeper may publish the first for the
+/// second), a name in lower case.
+fn canonical(host: &str) -> String {
+    let host = host.trim_matches(['[', ']']);
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => host.to_ascii_lowercase(),
     }
 }
 
@@ -497,6 +511,16 @@ mod tests {
         for bad in ["a b", "*.", "10.0.0.0/33", "x/8"] {
             assert!(FollowRule::new(&seeds, &[bad.into()]).is_err(), "{bad}");
         }
+        // An address is one address however it is written (review of issue 39: a seed
+        // `[::1]` did not admit the `0:0:0:0:0:0:0:1` a configuration names).
+        let v6 = ConnectString::parse("[::1]:2181,[FD00:0::7]:2181")
+            .unwrap()
+            .hosts;
+        let rule = FollowRule::new(&v6, &["0:0:0:0:0:0:0:9".into()]).unwrap();
+        for yes in ["0:0:0:0:0:0:0:1", "[::1]", "fd00::7", "FD00:0:0::7", "::9"] {
+            assert!(rule.admits(yes), "{yes}");
+        }
+        assert!(!rule.admits("::2"));
         // A two-label seed admits no domain (`example.com` would admit all of `.com`'s).
         let short = ConnectString::parse("example.com:2181").unwrap().hosts;
         assert!(!FollowRule::new(&short, &[]).unwrap().admits("evil.com"));

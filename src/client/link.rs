@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use super::dial::{bound, dial, dial_addrs};
 #[cfg(feature = "tls")]
 use super::tls::TlsOptions;
+use crate::error::ConnectFailure;
 
 /// Where to dial: a host of the connect string, or one address of it.
 pub(crate) struct Target<'a> {
@@ -42,7 +43,7 @@ pub(crate) enum OpenError {
     /// TLS: files that cannot be read, a certificate that does not verify, a refused
     /// handshake. Retrying does not help until someone changes a certificate.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    Tls(String),
+    Tls(ConnectFailure, String),
 }
 
 impl From<io::Error> for OpenError {
@@ -55,7 +56,7 @@ impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OpenError::Io(e) => write!(f, "{e}"),
-            OpenError::Tls(e) => write!(f, "TLS: {e}"),
+            OpenError::Tls(_, e) => write!(f, "TLS: {e}"),
         }
     }
 }
@@ -135,28 +136,31 @@ struct Shared {
 
 #[cfg(feature = "tls")]
 fn tls_error(e: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, TlsFailure(e.to_string()))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        TlsFailure(super::tls::classify(&e), e.to_string()),
+    )
 }
 
 /// A TLS failure met while reading: the server's alert (a client certificate refused after a
 /// TLS 1.3 handshake, say) or records that do not verify. Not a network fault: retrying does
 /// not help.
 #[derive(Debug)]
-pub(crate) struct TlsFailure(pub String);
+pub(crate) struct TlsFailure(pub ConnectFailure, pub String);
 
 impl std::fmt::Display for TlsFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TLS: {}", self.0)
+        write!(f, "TLS: {}", self.1)
     }
 }
 
 impl std::error::Error for TlsFailure {}
 
 /// The TLS failure inside `e`, if it is one.
-pub(crate) fn tls_failure(e: &io::Error) -> Option<String> {
+pub(crate) fn tls_failure(e: &io::Error) -> Option<(ConnectFailure, String)> {
     e.get_ref()?
         .downcast_ref::<TlsFailure>()
-        .map(|f| f.0.clone())
+        .map(|f| (f.0, f.1.clone()))
 }
 
 /// Everything the TLS state has to send (records, alerts), encrypted.

@@ -8,6 +8,8 @@ use std::sync::{Arc, Weak};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use crate::error::ConnectFailure;
+
 pub use crate::session_id::SessionId;
 
 /// What happened to the connection, as the recipes need to know it.
@@ -62,6 +64,12 @@ pub struct StateEvent {
     pub session_id: SessionId,
     /// When the client decided it.
     pub at: Instant,
+    /// For `Lost`: what the client's attempts to connect since the connection ended met that
+    /// waiting does not mend (a server certificate that stopped verifying, say), if anything
+    /// (see [`Client::connect_failure`](crate::Client::connect_failure)); `None` for the other
+    /// states. (`Suspended` comes as the connection ends, before any attempt: its cause, when
+    /// there is one, is told by the errors of calls made meanwhile and by `connect_failure`.)
+    pub cause: Option<ConnectFailure>,
 }
 
 /// Subscribers by id, and whether the client has closed (no subscription goes back on the
@@ -215,6 +223,7 @@ mod tests {
             state: ConnectionState::Lost,
             session_id: SessionId(1),
             at: Instant::now(),
+            cause: None,
         };
         subs.publish(event);
         assert_eq!(b.try_recv(), Some(event));
@@ -227,6 +236,7 @@ mod tests {
             state,
             session_id: SessionId(1),
             at: Instant::now(),
+            cause: None,
         };
         let other = subs.subscribe();
         let sub = subs.subscribe();

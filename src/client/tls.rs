@@ -14,6 +14,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use super::dial::bound;
 use super::link::OpenError;
+use crate::error::ConnectFailure;
 
 /// How the client secures its connections: the servers' certificates checked against a
 /// certificate authority, and optionally a certificate of the client's own. Give it to
@@ -250,12 +251,18 @@ impl TlsOptions {
         host: &str,
         until: Instant,
     ) -> Result<ClientConnection, OpenError> {
-        let config = self.load().map_err(OpenError::Tls)?;
+        let config = self
+            .load()
+            .map_err(|why| OpenError::Tls(ConnectFailure::TlsFiles, why))?;
         let name = self.server_name.as_deref().unwrap_or(host);
-        let server = ServerName::try_from(name.to_owned())
-            .map_err(|e| OpenError::Tls(format!("{name:?} cannot name a certificate: {e}")))?;
-        let mut conn =
-            ClientConnection::new(config, server).map_err(|e| OpenError::Tls(e.to_string()))?;
+        let server = ServerName::try_from(name.to_owned()).map_err(|e| {
+            OpenError::Tls(
+                ConnectFailure::Tls,
+                format!("{name:?} cannot name a certificate: {e}"),
+            )
+        })?;
+        let mut conn = ClientConnection::new(config, server)
+            .map_err(|e| OpenError::Tls(classify(&e), e.to_string()))?;
         let mut s = sock;
         while conn.is_handshaking() {
             if Instant::now() >= until {
@@ -268,6 +275,7 @@ impl TlsOptions {
             if conn.is_handshaking() && conn.wants_read() {
                 if conn.read_tls(&mut s)? == 0 {
                     return Err(OpenError::Tls(
+                        ConnectFailure::Tls,
                         "the server closed the connection during the TLS handshake (is it a \
                          TLS port? does it want a client certificate?)"
                             .into(),
@@ -280,7 +288,7 @@ impl TlsOptions {
                             break;
                         }
                     }
-                    return Err(OpenError::Tls(e.to_string()));
+                    return Err(OpenError::Tls(classify(&e), e.to_string()));
                 }
             }
         }
@@ -288,6 +296,28 @@ impl TlsOptions {
             conn.write_tls(&mut s)?;
         }
         Ok(conn)
+    }
+}
+
+/// What a TLS failure means to a user: which part of the server's certificate did not verify,
+/// or whether the server refused the handshake.
+pub(crate) fn classify(e: &rustls::Error) -> ConnectFailure {
+    use rustls::CertificateError as C;
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                ConnectFailure::CertificateNameMismatch
+            }
+            C::Expired | C::ExpiredContext { .. } => ConnectFailure::CertificateExpired,
+            C::NotValidYet | C::NotValidYetContext { .. } => ConnectFailure::CertificateNotYetValid,
+            C::UnknownIssuer => ConnectFailure::CertificateUnknownIssuer,
+            C::Revoked => ConnectFailure::CertificateRevoked,
+            _ => ConnectFailure::CertificateInvalid,
+        },
+        rustls::Error::AlertReceived(_) => ConnectFailure::TlsRefusedByServer,
+        // The client's own CRLs cannot be used.
+        rustls::Error::InvalidCertRevocationList(_) => ConnectFailure::TlsFiles,
+        _ => ConnectFailure::Tls,
     }
 }
 
@@ -411,4 +441,66 @@ fn decrypt_key(pem: &[u8], password: &str) -> Result<PrivateKeyDer<'static>, Str
         )
     })?;
     Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{AlertDescription, CertificateError as C};
+
+    #[test]
+    fn certificate_failures_are_told_apart_with_or_without_their_context() {
+        let told = |e: rustls::Error| classify(&e);
+        let cert = rustls::Error::InvalidCertificate;
+        assert_eq!(
+            told(cert(C::NotValidForName)),
+            ConnectFailure::CertificateNameMismatch
+        );
+        assert_eq!(
+            told(cert(C::NotValidForNameContext {
+                expected: rustls::pki_types::ServerName::try_from("zk1.example.com").unwrap(),
+                presented: vec!["DnsName(\"elsewhere.test\")".into()],
+            })),
+            ConnectFailure::CertificateNameMismatch
+        );
+        assert_eq!(told(cert(C::Expired)), ConnectFailure::CertificateExpired);
+        assert_eq!(
+            told(rustls::Error::InvalidCertRevocationList(
+                rustls::CertRevocationListError::BadSignature
+            )),
+            ConnectFailure::TlsFiles
+        );
+        let now = rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(9));
+        let then = rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(5));
+        assert_eq!(
+            told(cert(C::ExpiredContext {
+                time: now,
+                not_after: then
+            })),
+            ConnectFailure::CertificateExpired
+        );
+        assert_eq!(
+            told(cert(C::NotValidYetContext {
+                time: then,
+                not_before: now
+            })),
+            ConnectFailure::CertificateNotYetValid
+        );
+        assert_eq!(
+            told(cert(C::UnknownIssuer)),
+            ConnectFailure::CertificateUnknownIssuer
+        );
+        assert_eq!(told(cert(C::Revoked)), ConnectFailure::CertificateRevoked);
+        assert_eq!(
+            told(cert(C::BadSignature)),
+            ConnectFailure::CertificateInvalid
+        );
+        assert_eq!(
+            told(rustls::Error::AlertReceived(
+                AlertDescription::CertificateRequired
+            )),
+            ConnectFailure::TlsRefusedByServer
+        );
+        assert_eq!(told(rustls::Error::DecryptError), ConnectFailure::Tls);
+    }
 }

@@ -576,7 +576,7 @@ impl LockCore {
                     session = self.wait_session(deadline)?;
                     marker = ProtectedId::next(session);
                 }
-                Err(Error::ConnectionLoss) => {
+                Err(Error::ConnectionLoss { .. }) => {
                     warn!(
                         "create of a node under {} lost its answer; looking for it",
                         self.path
@@ -637,7 +637,7 @@ impl LockCore {
                     retries += 1;
                     self.client.count_retry();
                 }
-                None => return Err(Error::ConnectionLoss),
+                None => return Err(self.client.connection_loss()),
             }
         }
     }
@@ -708,7 +708,7 @@ impl LockCore {
             || self.client.session_id() != Some(token.session)
             || self.client.silent_too_long();
         match e {
-            Error::ConnectionLoss if gone => Error::SessionLost {
+            Error::ConnectionLoss { .. } if gone => Error::SessionLost {
                 session_id: token.session,
             },
             e => e,

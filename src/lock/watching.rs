@@ -61,7 +61,7 @@ impl<'a> Watching<'a> {
                 }
                 match client.wait_connected(left) {
                     Ok(_) => return Ok(true),
-                    Err(Error::Timeout { .. } | Error::ConnectionLoss) => return Ok(false),
+                    Err(Error::Timeout { .. } | Error::ConnectionLoss { .. }) => return Ok(false),
                     Err(e) => return Err(e),
                 }
             };

@@ -312,7 +312,7 @@ fn named_for(path: &str, session: SessionId) -> bool {
 fn retried_later(e: &Error) -> bool {
     matches!(
         e,
-        Error::ConnectionLoss | Error::SessionLost { .. } | Error::Timeout { .. }
+        Error::ConnectionLoss { .. } | Error::SessionLost { .. } | Error::Timeout { .. }
     )
 }
 
@@ -357,7 +357,7 @@ impl Inner {
             // again, so that it is watched once made.
             looking.answered();
             let Some(session) = client.session_id() else {
-                return Err(Error::ConnectionLoss);
+                return Err(client.connection_loss());
             };
             let target = self.target(session);
             let looked = client.exists_watch(&target, looking.tx)?;

@@ -468,7 +468,7 @@ impl QueueCore {
                     Ok(Some(t)) => return Ok(Some(t)),
                     Ok(None) => {}
                     Err(Error::Timeout { .. }) => return Ok(None),
-                    Err(Error::ConnectionLoss) => break,
+                    Err(Error::ConnectionLoss { .. }) => break,
                     Err(e) => return Err(e),
                 }
             }
@@ -493,7 +493,7 @@ impl QueueCore {
                                 return Ok(Some(t));
                             }
                             Ok(None) => {}
-                            Err(Error::ConnectionLoss) => break,
+                            Err(Error::ConnectionLoss { .. }) => break,
                             Err(Error::Timeout { .. }) => return Ok(None),
                             Err(e) => return Err(e),
                         }
@@ -525,13 +525,13 @@ impl QueueCore {
                                 continue;
                             }
                         }
-                        Err(Error::ConnectionLoss) => {}
+                        Err(Error::ConnectionLoss { .. }) => {}
                         Err(Error::Timeout { .. }) => return Ok(None),
                         Err(e) => return Err(e),
                     }
                 }
                 Err(Error::Timeout { .. }) => return Ok(None),
-                Err(Error::ConnectionLoss) => {}
+                Err(Error::ConnectionLoss { .. }) => {}
                 Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
@@ -559,7 +559,7 @@ impl QueueCore {
     /// it, it is gone, or it is not an item we can read.
     fn lock_item(&self, client: &Client, name: &str) -> Result<Option<Taken>> {
         let Some(session) = client.session_id() else {
-            return Err(Error::ConnectionLoss);
+            return Err(client.connection_loss());
         };
         let node = paths::join(&self.lock.path, name);
         let lock = paths::join(&self.lock_path, name);
@@ -582,7 +582,7 @@ impl QueueCore {
             // The create's answer was lost: on this session, after a sync, the lock says
             // whether it was made. (If it lands later still, it carries a token no take of
             // this process holds, and the next take that meets it removes it.)
-            Err(Error::ConnectionLoss) => {
+            Err(Error::ConnectionLoss { .. }) => {
                 if !self.is_ours(client, &claim)? {
                     return Ok(None);
                 }
@@ -620,7 +620,7 @@ impl QueueCore {
     /// else holds or took it first.
     fn claim_item(&self, client: &Client, name: &str) -> Result<Option<Item>> {
         let Some(session) = client.session_id() else {
-            return Err(Error::ConnectionLoss);
+            return Err(client.connection_loss());
         };
         let node = paths::join(&self.lock.path, name);
         let lock = paths::join(&self.lock_path, name);
@@ -668,7 +668,9 @@ impl QueueCore {
             // The answer was lost (or the session went, before or after the send): the lock,
             // made in the same transaction on this session, says whether it committed, if the
             // session is still ours.
-            Err(Error::ConnectionLoss | Error::Timeout { .. } | Error::SessionLost { .. }) => {
+            Err(
+                Error::ConnectionLoss { .. } | Error::Timeout { .. } | Error::SessionLost { .. },
+            ) => {
                 if !matches!(self.is_ours(client, &claim), Ok(true)) {
                     // Not there (yet): the transaction may still land late (see
                     // `recipes/queue.md`), so the take cannot say the item is still queued.
@@ -946,7 +948,7 @@ impl Taken {
                     // remove but our lock, as dropping does.
                     return Ok(());
                 }
-                Err(Error::ConnectionLoss | Error::Timeout { .. }) => {
+                Err(Error::ConnectionLoss { .. } | Error::Timeout { .. }) => {
                     // The transaction deletes our lock, which nothing else does while the
                     // session lives (no take of this process makes it again meanwhile: the
                     // claim holds the item): its absence says it committed. If that cannot be

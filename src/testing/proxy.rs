@@ -49,7 +49,7 @@ struct Flags {
 }
 
 struct Shared {
-    target: SocketAddr,
+    target: Mutex<SocketAddr>,
     mode: Mutex<Mode>,
     mode_changed: Condvar,
     conns: Mutex<Vec<Conn>>,
@@ -85,7 +85,7 @@ impl FaultProxy {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            target,
+            target: Mutex::new(target),
             mode: Mutex::new(Mode::Pass),
             mode_changed: Condvar::new(),
             conns: Mutex::new(Vec::new()),
@@ -115,6 +115,15 @@ impl FaultProxy {
     /// `127.0.0.1:<proxy port>`, to give a client instead of the server's.
     pub fn connect_string(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// Sends the connections accepted from now on to `target` instead (a server replaced
+    /// behind one address: another certificate, another ensemble); current ones stay where
+    /// they are until [`cut`](Self::cut). A connection being accepted as this is called may
+    /// still go to the old target, and a `cut` at once may miss it: cut when the client is
+    /// connected and idle, or wait for the new target's effect.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.shared.target.lock() = target;
     }
 
     /// Closes every current connection now; what they held is dropped
@@ -182,7 +191,8 @@ impl FaultProxy {
         self.set_mode(Mode::Delay);
     }
 
-    /// Closes current connections and refuses new ones until [`heal`](Self::heal).
+    /// Closes current connections and refuses new ones (accepted, then reset) until
+    /// [`heal`](Self::heal).
     pub fn refuse(&self) {
         self.set_mode(Mode::Refuse);
         self.cut();
@@ -246,6 +256,29 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Drops an accepted connection with a reset, as the client would meet a server that is down
+/// or refuses it (a connect refused), not a clean close, which a TLS client takes for a server
+/// ending its handshake.
+fn reset(conn: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket descriptor, and a `linger` of the size given, read by the call
+    // only.
+    unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(conn);
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     for conn in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
@@ -254,11 +287,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         let Ok(client) = conn else { continue };
         shared.accepted.fetch_add(1, Ordering::SeqCst);
         if *shared.mode.lock() == Mode::Refuse {
-            let _ = client.shutdown(Shutdown::Both);
+            reset(client);
             continue;
         }
-        let Ok(server) = TcpStream::connect_timeout(&shared.target, Duration::from_secs(2)) else {
-            let _ = client.shutdown(Shutdown::Both);
+        let target = *shared.target.lock();
+        let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+            reset(client);
             continue;
         };
         let flags = Arc::new(Flags::default());

@@ -306,6 +306,20 @@ pub(crate) fn mode_of(srvr: &str) -> Option<&str> {
         .map(str::trim)
 }
 
+/// Waits until `addr` takes TCP connections, or the JVM dies, or `until`.
+fn wait_listening(addr: SocketAddr, jvm: &Jvm, until: Instant) -> Result<(), HarnessError> {
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err() {
+        if !jvm.is_alive() || Instant::now() >= until {
+            return Err(HarnessError::StartFailed(format!(
+                "ZooKeeper's TLS port {addr} did not open. Its log:\n{}",
+                jvm.log_tail()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Ok(())
+}
+
 /// Waits until `addr` answers `word` with a reply that `ready` accepts, or the JVM dies, or
 /// `timeout` passes.
 pub(crate) fn wait_ready(
@@ -403,15 +417,29 @@ impl TestingServer {
             },
         )?;
         // `ruok` answers `imok` a few hundred milliseconds before the server takes sessions;
-        // `srvr` reports a mode only once it does.
+        // `srvr` reports a mode only once it does. Over the plaintext port when there is one
+        // (a test may give the TLS port a certificate no client takes, an expired one say),
+        // then until the TLS port, bound just after it, takes connections.
+        let (addr, security) = match self.plain_port {
+            Some(port) => (
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                crate::client::link::Security::Plain,
+            ),
+            None => (self.addr(), self.options.security()),
+        };
+        let ready = |a: &str| mode_of(a).is_some();
+        let until = Instant::now() + self.options.start_timeout;
         wait_ready(
-            self.addr(),
-            &self.options.security(),
+            addr,
+            &security,
             "srvr",
-            |a| mode_of(a).is_some(),
+            ready,
             &jvm,
             self.options.start_timeout,
         )?;
+        if addr != self.addr() {
+            wait_listening(self.addr(), &jvm, until)?;
+        }
         *self.jvm.lock() = Some(jvm);
         Ok(())
     }

@@ -64,8 +64,17 @@ impl Pki {
     }
 
     fn issue_serial(&self, cn: &str, names: &[&str], serial: u64) -> (String, String) {
+        self.issue_with(cn, names, serial, false)
+    }
+
+    /// As `issue_serial`; with `expired`, valid only during 2020.
+    fn issue_with(&self, cn: &str, names: &[&str], serial: u64, expired: bool) -> (String, String) {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
         params.serial_number = Some(rcgen::SerialNumber::from(serial));
         params.distinguished_name.push(DnType::CommonName, cn);
         let key = KeyPair::generate().unwrap();
@@ -165,6 +174,21 @@ impl Pki {
         );
         self.write_client(cn, &cert, &key);
         TlsOptions::new(self.ca()).identity(cert, key)
+    }
+
+    /// A server side like [`server`](Self::server)'s with a certificate of this CA that names
+    /// `names` instead of the loopback address (and, with `expired`, expired long ago), in a
+    /// key store of its own (`tag`). The server also opens a plaintext port: the harness
+    /// knows it is up without taking that certificate.
+    pub fn server_misissued(&self, tag: &str, names: &[&str], expired: bool) -> ServerTls {
+        let (cert, key) = self.issue_with("zookeeper", names, SERVER_SERIAL, expired);
+        let key_store = self.path(&format!("server-{tag}.pem"));
+        std::fs::write(&key_store, format!("{key}{cert}")).unwrap();
+        ServerTls {
+            key_store,
+            plaintext_too: true,
+            ..self.server(false)
+        }
     }
 
     /// The server side: this CA's server certificate, trusting this CA's clients.

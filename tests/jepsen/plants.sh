@@ -39,7 +39,9 @@ fi
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/zkr-plants.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 tree="$scratch/tree"
-export CARGO_TARGET_DIR="$root/target/plants"
+# The main build's target directory: the dependencies built for the tests are used again
+# (the planted copy of the crate, at another path, is a unit of its own, and is rebuilt).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 echo "| plant | seed | first report | violation |"
 echo "|---|---|---|---|"
@@ -54,8 +56,8 @@ for name in "${names[@]}"; do
   # the harness (else the previous plant's library would be linked in).
   (cd "$tree" && git apply --unsafe-paths "$patch") \
     || { echo "| $name | | patch does not apply | |"; missed=1; continue; }
-  mkdir -p "$CARGO_TARGET_DIR/logs"
-  log="$CARGO_TARGET_DIR/logs/$name.log"
+  mkdir -p "$root/target/plants/logs"
+  log="$root/target/plants/logs/$name.log"
   (cd "$tree" && cargo build -q "${profile[@]}" --test jepsen) >"$log" 2>&1 \
     || { echo "| $name | | does not build (see below) | |"; tail -20 "$log" >&2; missed=1; continue; }
   set +e

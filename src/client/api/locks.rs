@@ -43,10 +43,9 @@ impl Client {
         let fallback = Instant::now() + self.core.config.connection_timeout;
         match self.core.wait_connected(deadline.unwrap_or(fallback)) {
             Ok(id) => Ok(id),
-            Err(Error::ConnectionLoss) if deadline.is_some() => Err(Error::timeout(
-                format!("a session to {what}"),
-                Duration::ZERO,
-            )),
+            Err(Error::ConnectionLoss { cause }) if deadline.is_some() => {
+                Err(Error::timeout(format!("a session to {what}"), Duration::ZERO).caused_by(cause))
+            }
             Err(e) => Err(e),
         }
     }

@@ -16,7 +16,7 @@ use super::session::{Core, Phase};
 use super::state::Subscription;
 use super::types::WatchEvent;
 use super::watches::{WatchReg, WatchType};
-use crate::error::{Error, Result};
+use crate::error::{ConnectFailure, Error, Result};
 use crate::paths;
 use crate::session_id::SessionId;
 
@@ -301,9 +301,19 @@ impl Client {
         self.core
             .wait_connected(Instant::now() + timeout)
             .map_err(|e| match e {
-                Error::ConnectionLoss => Error::timeout("a ZooKeeper session", timeout),
+                Error::ConnectionLoss { cause } => {
+                    Error::timeout("a ZooKeeper session", timeout).caused_by(cause)
+                }
                 e => e,
             })
+    }
+
+    /// What the client's attempts to connect have met since its last connection ended that
+    /// waiting alone does not mend (a server certificate that stopped verifying, Kerberos
+    /// failing with a server), if anything; `None` while connected. The errors of calls that
+    /// find no connection carry the same, as does the `Lost` state event.
+    pub fn connect_failure(&self) -> Option<ConnectFailure> {
+        self.core.connect_failure()
     }
 
     /// Closes the session (its ephemeral nodes go at once) and stops the client's threads.
@@ -354,9 +364,17 @@ impl Client {
             .outbox
             .send(frames, until, self.deadline, self.only_on)
         {
-            Err(Error::ConnectionLoss) => Err(self.past_deadline(now, "a connection to ZooKeeper")),
+            Err(Error::ConnectionLoss { .. }) => Err(self
+                .past_deadline(now, "a connection to ZooKeeper")
+                .caused_by(self.core.connect_failure())),
             other => other,
         }
+    }
+
+    /// A connection loss with what the client's attempts to connect met (for recipes that
+    /// find no session to work under).
+    pub(crate) fn connection_loss(&self) -> Error {
+        Error::connection_loss().caused_by(self.core.connect_failure())
     }
 
     /// The error of a wait that began at `since` and failed: `Timeout` if this handle's
@@ -366,7 +384,7 @@ impl Client {
             Some(d) if Instant::now() >= d => {
                 Error::timeout(what, d.saturating_duration_since(since))
             }
-            _ => Error::ConnectionLoss,
+            _ => Error::connection_loss(),
         }
     }
 
@@ -383,7 +401,7 @@ impl Client {
                     .map_or(Duration::ZERO, |d| d.saturating_duration_since(ticket.sent)),
             ));
         };
-        checked(answer.ok_or(Error::ConnectionLoss)?, path)
+        checked(answer.ok_or_else(|| self.connection_loss())?, path)
     }
 
     /// One request, one answer, and the session it ran under.
@@ -401,11 +419,11 @@ impl Client {
         let mut retries = 0;
         loop {
             match f() {
-                Err(Error::ConnectionLoss) if retry == Retry::OnConnectionLoss => {
+                Err(e @ Error::ConnectionLoss { .. }) if retry == Retry::OnConnectionLoss => {
                     let policy = &self.core.config.retry;
                     let backoff = match policy.backoff(retries, started.elapsed()) {
                         Some(b) if !self.core.silent_too_long() => b,
-                        _ => return Err(Error::ConnectionLoss),
+                        _ => return Err(e),
                     };
                     retries += 1;
                     warn!("connection loss at {path}; retry {retries}");
@@ -472,10 +490,9 @@ impl Client {
             self.core.config.connection_timeout,
             self.deadline,
         ) {
-            Err(Error::ConnectionLoss) => {
-                Err(self
-                    .past_deadline(now, &format!("the server's answer to {scheme} credentials")))
-            }
+            Err(Error::ConnectionLoss { .. }) => Err(self
+                .past_deadline(now, &format!("the server's answer to {scheme} credentials"))
+                .caused_by(self.core.connect_failure())),
             other => other,
         }
     }

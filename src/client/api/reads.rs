@@ -119,7 +119,7 @@ impl Client {
     ) -> Option<Result<Names>> {
         let ticket = prefetch.0.lock().take()?;
         match self.wait(ticket, path, None) {
-            Err(Error::ConnectionLoss) => None,
+            Err(Error::ConnectionLoss { .. }) => None,
             answer => Some(answer.and_then(|r| Ok(r.record().names()?))),
         }
     }

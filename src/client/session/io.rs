@@ -77,7 +77,7 @@ enum Dial {
     AuthFailed,
     Failed(String),
     /// TLS could not be set up: unreadable files, a certificate that does not verify.
-    Tls(String),
+    Tls(ConnectFailure, String),
     /// Kerberos could not authenticate us, for a reason retrying does not mend (see
     /// `Error::Kerberos`): the client stops.
     #[cfg_attr(not(feature = "gssapi"), allow(dead_code))]
@@ -113,7 +113,7 @@ fn kerberos_dial(failure: super::super::gssapi::Failure) -> Dial {
 impl From<std::io::Error> for Dial {
     fn from(e: std::io::Error) -> Dial {
         match link::tls_failure(&e) {
-            Some(why) => Dial::Tls(why),
+            Some((cause, why)) => Dial::Tls(cause, why),
             None => Dial::Failed(e.to_string()),
         }
     }
@@ -123,7 +123,7 @@ impl From<OpenError> for Dial {
     fn from(e: OpenError) -> Dial {
         match e {
             OpenError::Io(e) => Dial::Failed(e.to_string()),
-            OpenError::Tls(e) => Dial::Tls(e),
+            OpenError::Tls(cause, e) => Dial::Tls(cause, e),
         }
     }
 }
@@ -146,6 +146,11 @@ impl Core {
         {
             let mut status = self.status.lock();
             status.terminal = Some(error.clone());
+            // A stop for another cause (credentials refused, say) is not told as a
+            // certificate's.
+            if !matches!(error, Error::Tls(_) | Error::Kerberos(_)) {
+                self.unmended.lock().clear();
+            }
             self.status_changed.notify_all();
         }
         // The session cannot be served again: whatever is held under it is lost now (tokens,
@@ -177,6 +182,7 @@ impl Core {
                 let mut h = self.hosts.lock();
                 if let Some(order) = h.update.take() {
                     h.must_move = false;
+                    self.unmended.lock().keep_only(&order);
                     hosts = order;
                     next = 0;
                     pinned = None;
@@ -233,12 +239,12 @@ impl Core {
                 }
                 // Left for a server of a new list (`update_hosts`): not a failure, the next
                 // turn takes the list.
-                Err(Dial::Failed(_) | Dial::Tls(_) | Dial::KerberosServer(_))
+                Err(Dial::Failed(_) | Dial::Tls(..) | Dial::KerberosServer(_))
                     if self.move_pending() =>
                 {
                     debug!("left {host} for a server of the new list");
                 }
-                Err(failure @ (Dial::Failed(_) | Dial::Tls(_) | Dial::KerberosServer(_))) => {
+                Err(failure @ (Dial::Failed(_) | Dial::Tls(..) | Dial::KerberosServer(_))) => {
                     // A failure waiting does not mend, with this server: the client stops
                     // only when every server failed so before it ever connected.
                     let mut unmended = |why: String, error: fn(String) -> Error| {
@@ -253,9 +259,9 @@ impl Core {
                         stop.then(|| error(why))
                     };
                     let why = match failure {
-                        Dial::Tls(why) => {
+                        Dial::Tls(cause, why) => {
                             warn!("no TLS connection to {host}: {why}");
-                            *self.tls_failure.lock() = Some(why.clone());
+                            self.unmended.lock().met(&host, cause, why.clone());
                             if let Some(e) = unmended(why.clone(), Error::Tls) {
                                 return self.stop_for(e);
                             }
@@ -263,6 +269,9 @@ impl Core {
                         }
                         Dial::KerberosServer(why) => {
                             warn!("Kerberos failed with {host}: {why}");
+                            self.unmended
+                                .lock()
+                                .met(&host, ConnectFailure::Kerberos, why.clone());
                             if let Some(e) = unmended(why.clone(), Error::Kerberos) {
                                 return self.stop_for(e);
                             }
@@ -270,6 +279,7 @@ impl Core {
                         }
                         Dial::Failed(why) => {
                             unmended_in_a_row = 0;
+                            self.unmended.lock().passed(&host);
                             why
                         }
                         Dial::Expired | Dial::AuthFailed | Dial::Kerberos(_) => String::new(),
@@ -533,7 +543,6 @@ impl Core {
             return Err(Dial::Failed("closing".into()));
         }
         self.connecting.lock().take();
-        self.tls_failure.lock().take();
         Ok(Conn {
             server,
             stream,
@@ -587,6 +596,8 @@ impl Core {
         status.session = Some(session);
         status.phase = Phase::Connected;
         status.silent_since = None;
+        // Nothing stops the client now: cleared before anyone hears of the connection.
+        self.unmended.lock().clear();
         self.status_changed.notify_all();
         self.publish(event, id);
         self.job(Job::Connected(id));

@@ -43,7 +43,7 @@ use super::types::{WatchEvent, WatchKind};
 use super::watches::{Registry, WatchType};
 use super::Secret;
 use crate::connect_string::HostPort;
-use crate::error::{Error, Result};
+use crate::error::{ConnectFailure, Error, Result};
 use crate::session_id::SessionId;
 
 mod frames;
@@ -171,9 +171,11 @@ pub(crate) struct Core {
     stopped: Receiver<()>,
     /// The socket of a handshake in progress, so that shutdown can cut it.
     connecting: Mutex<Option<Socket>>,
-    /// Why the latest connection attempt failed in its TLS setup, until one succeeds: what
-    /// `connect()` reports instead of a bare timeout.
-    pub tls_failure: Mutex<Option<String>>,
+    /// What attempts to connect met that waiting does not mend (TLS, Kerberos with a
+    /// server), per server: what `connect()` reports instead of a bare timeout, and the cause
+    /// calls' errors and `Lost` events carry. Lock order: `status`, then this; never the
+    /// reverse.
+    pub unmended: Mutex<Unmended>,
     /// The version of the latest ensemble configuration the janitor judged (followed or
     /// not), 0 before any: how a test knows the decision is made.
     pub config_judged: std::sync::atomic::AtomicU64,
@@ -255,7 +257,7 @@ impl Core {
             stop: Mutex::new(Some(stop)),
             stopped,
             connecting: Mutex::new(None),
-            tls_failure: Mutex::new(None),
+            unmended: Mutex::new(Unmended::default()),
             config_judged: std::sync::atomic::AtomicU64::new(0),
             hosts: Mutex::new(Hosts {
                 list: config_hosts.clone(),
@@ -427,10 +429,15 @@ impl Core {
             }
             None => false,
         });
+        let cause = match state {
+            ConnectionState::Lost => self.connect_failure(),
+            _ => None,
+        };
         self.subscribers.publish(StateEvent {
             state,
             session_id,
             at: Instant::now(),
+            cause,
         });
     }
 
@@ -489,6 +496,11 @@ impl Core {
         status.phase == Phase::Connected && status.read_only
     }
 
+    /// See `unmended`.
+    pub fn connect_failure(&self) -> Option<ConnectFailure> {
+        self.unmended.lock().latest().map(|(cause, _)| cause)
+    }
+
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
@@ -509,7 +521,9 @@ impl Core {
                         .wait_until(&mut status, until)
                         .timed_out()
                     {
-                        return Err(Error::ConnectionLoss);
+                        return Err(Error::ConnectionLoss {
+                            cause: self.connect_failure(),
+                        });
                     }
                 }
             }
@@ -666,7 +680,7 @@ impl Core {
                 // Ours is the last: waiters are queued only under the writers' lock.
                 || drop(self.auth_waiters.lock().pop_back()),
             )
-            .map_err(|_| Error::ConnectionLoss)?;
+            .map_err(|_| Error::connection_loss())?;
         let mut until = Instant::now() + patience;
         if let Some(d) = deadline {
             until = until.min(d);
@@ -675,7 +689,7 @@ impl Core {
             // Kept for later connections by the reader, before it answered.
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::auth_failed()),
-            Err(_) => Err(Error::ConnectionLoss),
+            Err(_) => Err(Error::connection_loss()),
         }
     }
 
@@ -799,5 +813,38 @@ impl Core {
         self.subscribers.clear();
         self.end_watches(WatchKind::Closed);
         debug!("client closed");
+    }
+}
+
+/// The failures waiting does not mend that attempts to connect met, one per server (the
+/// latest), most recent last: a server whose next attempt fails otherwise (down, unreachable)
+/// or that leaves the server list no longer counts, and a connection empties it.
+#[derive(Debug, Default)]
+pub(crate) struct Unmended(Vec<(HostPort, ConnectFailure, String)>);
+
+impl Unmended {
+    /// `host` failed so.
+    pub fn met(&mut self, host: &HostPort, cause: ConnectFailure, why: String) {
+        self.0.retain(|(h, ..)| h != host);
+        self.0.push((host.clone(), cause, why));
+    }
+
+    /// `host` failed otherwise: what it met before is no longer what stops the client there.
+    pub fn passed(&mut self, host: &HostPort) {
+        self.0.retain(|(h, ..)| h != host);
+    }
+
+    /// Only the servers of this list count.
+    pub fn keep_only(&mut self, hosts: &[HostPort]) {
+        self.0.retain(|(h, ..)| hosts.contains(h));
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The latest failure, with its message.
+    pub fn latest(&self) -> Option<(ConnectFailure, &str)> {
+        self.0.last().map(|(_, cause, why)| (*cause, why.as_str()))
     }
 }
