@@ -1,24 +1,29 @@
-//! Issue 40, item 1 (first part): one lock, N contenders, as the work grows. N sessions spread
-//! over several processes of this bench (each a copy of this binary, at most 256 sessions
-//! each, one thread per contender), all taking one `InterProcessMutex` in turn for a window.
+//! Issue 40, item 1: one lock, N contenders, as the work grows, ours beside Apache Curator 5.4.
+//! N sessions spread over several worker processes (at most 256 sessions each, one thread per
+//! contender): for ours, copies of this binary; for Curator, JVMs running
+//! `benches/CuratorScaleWorker.java`, the way a Curator user writes it. Both take one
+//! `InterProcessMutex` (Curator's node layout) in turn; the two alternate configuration by
+//! configuration on one server, which the first configuration warms. A JVM worker's window
+//! starts only once its JIT has been quiet for a second (`jstat -compiler`, at most 120 s).
 //!
 //! Every contender enters the line at once, which costs the server N listings of up to N names
 //! (O(N²) bytes); the figures are of the window that follows a warm-up long enough for that
 //! burst to pass (2 s per 256 contenders, at least 2 s), the line's steady state.
 //!
 //! Per configuration: acquisitions per second; the handoff latency (from a holder's release to
-//! the next holder's acquire, on the machine's one monotonic clock, merged from every process's
-//! records, which also prove no two holds overlapped); the server's CPU and the bytes it sent
-//! and received per acquisition (summed over its client sockets by `ss`, before and after);
-//! our clients' CPU per acquisition.
+//! the next holder's acquire, on the machine's one monotonic clock, which Java's `nanoTime`
+//! reads too, merged from every process's records, which also prove no two holds overlapped);
+//! the server's CPU and the bytes it sent and received per acquisition (summed over its client
+//! sockets by `ss`, before and after); the workers' CPU per acquisition.
 //!
-//! `cargo bench --bench scale [-- --quick] [-- --fsync] [-- --n 8,64]`. Needs `ss` (iproute2).
+//! `cargo bench --bench scale [-- --quick] [-- --fsync] [-- --n 8,64]`. Needs `ss` (iproute2);
+//! skips Curator, saying why, without Java or Curator.
 
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -57,23 +62,36 @@ fn main() {
         .connect()
         .expect("connect");
     admin.ensure_path("/bench/scale").expect("path");
-    // The server warmed by the smallest configuration, run until a window adds little of the
-    // server's JIT (as the peers' bench does), at most 10 windows.
+    let mut peers = vec![Peer::Ours];
+    match curator_driver("CuratorScaleWorker") {
+        Ok(cp) => peers.push(Peer::Curator(cp)),
+        Err(why) => {
+            json("scale", &[("curator_skipped", s(&why))]);
+            println!("Curator skipped: {why}");
+        }
+    }
+    // The server warmed by the smallest configuration, ours, until a window adds little of
+    // the server's JIT (as the peers' bench does), at most 10 windows.
     let warm = ns.first().copied().unwrap_or(8);
-    let mut last = f64::MAX;
+    let short = Duration::from_millis(300);
     for round in 0..10 {
-        let before = jit_ms(&server);
-        let short = Duration::from_millis(300);
-        measure(&server, warm, short, short, &format!("warm{round}"));
-        let added = jit_ms(&server) - before;
-        if added < 20.0 || (args.quick && round >= 1) || added >= last && round >= 3 {
+        let before = jit_ms(server.pid());
+        measure(
+            &server,
+            &Peer::Ours,
+            warm,
+            short,
+            short,
+            &format!("warm{round}"),
+        );
+        if jit_ms(server.pid()) - before < 20.0 || (args.quick && round >= 1) {
             break;
         }
-        last = added;
     }
     println!(
-        "{:>6} {:>6} {:>9} {:>10} {:>10} {:>12} {:>12} {:>12} {:>11}",
+        "{:>6} {:>8} {:>6} {:>9} {:>9} {:>9} {:>11} {:>11} {:>9} {:>11}",
         "N",
+        "client",
         "procs",
         "acq/s",
         "p50 µs",
@@ -83,39 +101,80 @@ fn main() {
         "srv B in",
         "cli µs/acq"
     );
-    for &n in &ns {
-        let m = measure(&server, n, warm_for(n), run_for, &format!("n{n}"));
-        println!(
-            "{:>6} {:>6} {:>9.1} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>11.0}",
-            n,
-            m.procs,
-            m.per_second,
-            m.p50_us,
-            m.p99_us,
-            m.server_us_per_acq,
-            m.server_bytes_out_per_acq,
-            m.server_bytes_in_per_acq,
-            m.client_us_per_acq
-        );
-        json(
-            "scale",
-            &[
-                ("config", s(&format!("mutex N={n}"))),
-                ("client", s("ours")),
-                ("processes", f(m.procs as f64)),
-                ("acquisitions", f(m.acquisitions as f64)),
-                ("per_second", f(m.per_second)),
-                ("handoff_p50_us", f(m.p50_us)),
-                ("handoff_p99_us", f(m.p99_us)),
-                ("server_us_per_acq", f(m.server_us_per_acq)),
-                ("server_bytes_out_per_acq", f(m.server_bytes_out_per_acq)),
-                ("server_bytes_in_per_acq", f(m.server_bytes_in_per_acq)),
-                ("client_us_per_acq", f(m.client_us_per_acq)),
-                ("fsync", s(if args.fsync { "yes" } else { "no" })),
-            ],
-        );
+    for (i, &n) in ns.iter().enumerate() {
+        // Alternated: the first to run changes from one configuration to the next.
+        let mut order: Vec<&Peer> = peers.iter().collect();
+        if i % 2 == 1 {
+            order.reverse();
+        }
+        for peer in order {
+            let m = measure(&server, peer, n, warm_for(n), run_for, &format!("n{n}"));
+            println!(
+                "{:>6} {:>8} {:>6} {:>9.1} {:>9.0} {:>9.0} {:>11.0} {:>11.0} {:>9.0} {:>11.0}",
+                n,
+                peer.name(),
+                m.procs,
+                m.per_second,
+                m.p50_us,
+                m.p99_us,
+                m.server_us_per_acq,
+                m.server_bytes_out_per_acq,
+                m.server_bytes_in_per_acq,
+                m.client_us_per_acq
+            );
+            json(
+                "scale",
+                &[
+                    ("config", s(&format!("mutex N={n}"))),
+                    ("client", s(peer.name())),
+                    ("processes", f(m.procs as f64)),
+                    ("acquisitions", f(m.acquisitions as f64)),
+                    ("per_second", f(m.per_second)),
+                    ("handoff_p50_us", f(m.p50_us)),
+                    ("handoff_p99_us", f(m.p99_us)),
+                    ("server_us_per_acq", f(m.server_us_per_acq)),
+                    ("server_bytes_out_per_acq", f(m.server_bytes_out_per_acq)),
+                    ("server_bytes_in_per_acq", f(m.server_bytes_in_per_acq)),
+                    ("client_us_per_acq", f(m.client_us_per_acq)),
+                    ("jit_quiet", s(if m.jit_quiet { "true" } else { "false" })),
+                    ("fsync", s(if args.fsync { "yes" } else { "no" })),
+                ],
+            );
+        }
     }
     admin.close();
+}
+
+/// Whose contenders a worker process runs.
+enum Peer {
+    Ours,
+    /// Curator, with the class path of its compiled worker.
+    Curator(String),
+}
+
+impl Peer {
+    fn name(&self) -> &'static str {
+        match self {
+            Peer::Ours => "ours",
+            Peer::Curator(_) => "Curator",
+        }
+    }
+
+    fn command(&self, connect: &str, path: &str, sessions: usize) -> Command {
+        match self {
+            Peer::Ours => {
+                let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
+                cmd.env("ZKR_SCALE_WORKER", format!("{connect} {path} {sessions}"));
+                cmd
+            }
+            Peer::Curator(cp) => {
+                let mut cmd = Command::new("java");
+                cmd.args(["-Xmx1g", "-Xss256k", "-cp", cp, "CuratorScaleWorker"])
+                    .args([connect, path, &sessions.to_string()]);
+                cmd
+            }
+        }
+    }
 }
 
 /// One configuration's figures.
@@ -129,6 +188,8 @@ struct Measured {
     server_bytes_out_per_acq: f64,
     server_bytes_in_per_acq: f64,
     client_us_per_acq: f64,
+    /// Whether every JVM worker's JIT was quiet when the window began.
+    jit_quiet: bool,
 }
 
 /// A worker process, its sessions connected and waiting for the word.
@@ -139,9 +200,9 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(connect: &str, path: &str, sessions: usize) -> Worker {
-        let mut child = Command::new(std::env::current_exe().expect("this binary"))
-            .env("ZKR_SCALE_WORKER", format!("{connect} {path} {sessions}"))
+    fn start(peer: &Peer, connect: &str, path: &str, sessions: usize) -> Worker {
+        let mut child = peer
+            .command(connect, path, sessions)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -155,6 +216,11 @@ impl Worker {
         }
     }
 
+    fn say(&mut self, word: &str) {
+        writeln!(self.stdin, "{word}").expect("tell a worker");
+        self.stdin.flush().expect("tell a worker");
+    }
+
     fn next_line(&mut self) -> String {
         match self.lines.next() {
             Some(Ok(line)) => line,
@@ -163,44 +229,50 @@ impl Worker {
     }
 }
 
-/// Runs `n` contenders over as many processes as `PER_PROCESS` asks, for `warm` and then the
-/// measured window `run_for`.
+/// Runs `n` of `peer`'s contenders over as many processes as `PER_PROCESS` asks: `warm` (and
+/// for JVMs until their JIT is quiet), then the measured window `run_for`.
 fn measure(
     server: &TestingServer,
+    peer: &Peer,
     n: usize,
     warm: Duration,
     run_for: Duration,
     tag: &str,
 ) -> Measured {
     let procs = n.div_ceil(PER_PROCESS).max(1);
-    let path = format!("/bench/scale/{tag}");
+    let path = format!("/bench/scale/{tag}-{}", peer.name());
     let connect = server.connect_string();
     let mut workers: Vec<Worker> = (0..procs)
         .map(|i| {
             let sessions = n / procs + usize::from(i < n % procs);
-            Worker::start(&connect, &path, sessions)
+            Worker::start(peer, &connect, &path, sessions)
         })
         .collect();
     for w in &mut workers {
         assert_eq!(w.next_line(), "ready");
     }
+    for w in &mut workers {
+        w.say("go");
+    }
+    let pids: Vec<String> = workers.iter().map(|w| w.child.id().to_string()).collect();
+    // The warm-up is part of the measurement's design: sleeps through it.
+    thread::sleep(warm);
+    let jit_quiet = match peer {
+        Peer::Ours => true,
+        Peer::Curator(_) => jit_quiet(&workers, Duration::from_secs(120)),
+    };
     let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let port = server.addr().port();
-    let began = now_ns();
-    let window = (
-        began + warm.as_nanos() as u64,
-        began + (warm + run_for).as_nanos() as u64,
-    );
+    let workers_cpu = || pids.iter().map(|p| cpu_of(p)).sum::<Duration>();
+    let window_start = now_ns();
+    let before = (cpu_of(&pid), server_bytes(port), workers_cpu());
+    thread::sleep(run_for);
+    let window_end = now_ns();
+    let after = (cpu_of(&pid), server_bytes(port), workers_cpu());
     for w in &mut workers {
-        writeln!(w.stdin, "go {} {}", window.0, window.1).expect("tell a worker");
+        w.say("stop");
     }
-    // The window is the measurement: sleeps to its start and its end.
-    thread::sleep(Duration::from_nanos(window.0.saturating_sub(now_ns())));
-    let (cpu_before, bytes_before) = (cpu_of(&pid), server_bytes(port));
-    thread::sleep(Duration::from_nanos(window.1.saturating_sub(now_ns())));
-    let (cpu_after, bytes_after) = (cpu_of(&pid), server_bytes(port));
     let mut holds: Vec<(u64, u64)> = Vec::new();
-    let mut client_ns = 0u64;
     for w in &mut workers {
         loop {
             let line = w.next_line();
@@ -211,19 +283,10 @@ fn measure(
                     let r: u64 = parts.next().and_then(|v| v.parse().ok()).expect("rel");
                     holds.push((a, r));
                 }
-                Some("cpu") => {
-                    client_ns += parts
-                        .next()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .expect("cpu")
-                }
                 Some("done") => break,
                 _ => panic!("a worker said {line:?}"),
             }
         }
-    }
-    for w in &mut workers {
-        let _ = writeln!(w.stdin, "close");
     }
     for mut w in workers {
         let status = w.child.wait().expect("a worker's end");
@@ -238,32 +301,44 @@ fn measure(
         );
     }
     // Only the holds the window saw count (all are checked for overlaps above).
-    let counted = holds
-        .iter()
-        .filter(|(a, _)| (window.0..window.1).contains(a))
-        .count();
-    let in_window = |&(a, _): &(u64, u64)| (window.0..window.1).contains(&a);
+    let window = window_start..window_end;
+    let counted = holds.iter().filter(|(a, _)| window.contains(a)).count();
     let mut handoffs: Vec<Duration> = holds
         .windows(2)
-        .filter(|pair| in_window(&pair[1]))
+        .filter(|pair| window.contains(&pair[1].0))
         .map(|pair| Duration::from_nanos(pair[1].0 - pair[0].1))
         .collect();
     let count = counted.max(1) as f64;
-    let (out, inn) = (
-        bytes_after.0.saturating_sub(bytes_before.0),
-        bytes_after.1.saturating_sub(bytes_before.1),
-    );
+    let per_acq = |d: Duration| d.as_secs_f64() * 1e6 / count;
     Measured {
         procs,
         acquisitions: counted,
-        per_second: counted as f64 / run_for.as_secs_f64(),
+        per_second: counted as f64 / Duration::from_nanos(window_end - window_start).as_secs_f64(),
         p50_us: pct(&mut handoffs, 0.5),
         p99_us: pct(&mut handoffs, 0.99),
-        server_us_per_acq: cpu_after.saturating_sub(cpu_before).as_secs_f64() * 1e6 / count,
-        server_bytes_out_per_acq: out as f64 / count,
-        server_bytes_in_per_acq: inn as f64 / count,
-        client_us_per_acq: client_ns as f64 / 1e3 / count,
+        server_us_per_acq: per_acq(after.0.saturating_sub(before.0)),
+        server_bytes_out_per_acq: after.1 .0.saturating_sub(before.1 .0) as f64 / count,
+        server_bytes_in_per_acq: after.1 .1.saturating_sub(before.1 .1) as f64 / count,
+        client_us_per_acq: per_acq(after.2.saturating_sub(before.2)),
+        jit_quiet,
     }
+}
+
+/// Waits until no worker JVM's JIT has compiled for 20 ms or more in a second, at most `most`;
+/// whether it got there.
+fn jit_quiet(workers: &[Worker], most: Duration) -> bool {
+    let until = Instant::now() + most;
+    let total = || -> f64 { workers.iter().map(|w| jit_ms(Some(w.child.id()))).sum() };
+    let mut last = total();
+    while Instant::now() < until {
+        thread::sleep(Duration::from_secs(1));
+        let now = total();
+        if now - last < 20.0 {
+            return true;
+        }
+        last = now;
+    }
+    false
 }
 
 /// The bytes the server has sent and received on its client port's connections, summed
@@ -283,13 +358,15 @@ fn server_bytes(port: u16) -> (u64, u64) {
     (field("bytes_sent:"), field("bytes_received:"))
 }
 
-/// The server JVM's JIT compile time so far, in milliseconds (`jstat -compiler`), or 0.
-fn jit_ms(server: &TestingServer) -> f64 {
-    let Some(pid) = server.pid() else { return 0.0 };
-    let out = Command::new("jstat")
+/// A JVM's JIT compile time so far, in milliseconds (`jstat -compiler`), or 0.
+fn jit_ms(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    let Ok(out) = Command::new("jstat")
         .args(["-compiler", &pid.to_string()])
-        .output();
-    let Ok(out) = out else { return 0.0 };
+        .output()
+    else {
+        return 0.0;
+    };
     let text = String::from_utf8_lossy(&out.stdout);
     // Columns: Compiled Failed Invalid Time FailedType FailedMethod; Time in seconds.
     text.lines()
@@ -298,7 +375,8 @@ fn jit_ms(server: &TestingServer) -> f64 {
         .map_or(0.0, |secs| secs * 1000.0)
 }
 
-/// The machine's monotonic clock, in nanoseconds: one clock for every process.
+/// The machine's monotonic clock, in nanoseconds: one clock for every process (Java's
+/// `System.nanoTime` reads it too).
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -309,10 +387,10 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// A worker process: `connect path sessions` in `ZKR_SCALE_WORKER`. Connects its sessions,
-/// says `ready`, runs on `go <start> <end>` until `end` (ns of the monotonic clock), reports
-/// each hold (`hold <acquired> <released>`), its CPU
-/// (`cpu <ns>`, from `start` on) and `done`, and closes its sessions on `close` (or its stdin's end).
+/// Our worker process: `connect path sessions` in `ZKR_SCALE_WORKER`. Connects its sessions,
+/// says `ready`; on `go` its contenders take the lock in turn; on `stop` they end (their
+/// sessions closed under them), and it reports each hold (`hold <acquired> <released>`) and
+/// `done`.
 fn worker(spec: &str) {
     init_logs();
     let mut parts = spec.split(' ');
@@ -341,32 +419,19 @@ fn worker(spec: &str) {
     let stdout = std::io::stdout();
     writeln!(stdout.lock(), "ready").expect("stdout");
     let mut stdin = std::io::stdin().lock().lines();
-    let (start_ns, end_ns): (u64, u64) = match stdin.next() {
-        Some(Ok(line)) => line
-            .strip_prefix("go ")
-            .and_then(|w| {
-                let (a, b) = w.split_once(' ')?;
-                Some((a.parse().ok()?, b.parse().ok()?))
-            })
-            .expect("go <start> <end>"),
-        _ => return,
-    };
+    if !matches!(stdin.next(), Some(Ok(line)) if line == "go") {
+        return;
+    }
     let holds: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
-    let start = Arc::new(Barrier::new(sessions + 1));
-    let until = Arc::new(Mutex::new(None::<Instant>));
     let threads: Vec<_> = clients
         .iter()
         .map(|c| {
             let lock = InterProcessMutex::new(c, &path).expect("lock");
-            let (holds, start, until) = (holds.clone(), start.clone(), until.clone());
+            let holds = holds.clone();
             thread::spawn(move || {
-                start.wait();
-                let end = until.lock().unwrap().expect("the window's end");
                 let mut mine = Vec::new();
-                while Instant::now() < end {
-                    let Ok(Some(guard)) = lock.try_acquire_until(end) else {
-                        break;
-                    };
+                // Ends when the client is closed under it (`stop`).
+                while let Ok(guard) = lock.acquire() {
                     let acquired = now_ns();
                     let released = now_ns();
                     drop(guard);
@@ -376,26 +441,16 @@ fn worker(spec: &str) {
             })
         })
         .collect();
-    *until.lock().unwrap() =
-        Some(Instant::now() + Duration::from_nanos(end_ns.saturating_sub(now_ns())));
-    start.wait();
-    // The window is the measurement: the CPU used from its start.
-    thread::sleep(Duration::from_nanos(start_ns.saturating_sub(now_ns())));
-    let cpu_before = process_cpu();
+    let _ = stdin.next(); // stop
+    for c in &clients {
+        c.close();
+    }
     for t in threads {
         t.join().expect("a contender");
     }
-    let cpu = process_cpu().saturating_sub(cpu_before);
     let mut out = std::io::BufWriter::new(stdout.lock());
     for (a, r) in holds.lock().unwrap().iter() {
         writeln!(out, "hold {a} {r}").expect("stdout");
     }
-    writeln!(out, "cpu {}", cpu.as_nanos()).expect("stdout");
     writeln!(out, "done").expect("stdout");
-    drop(out);
-    // Waits for `close` (the parent has read the server's counters) before closing.
-    let _ = stdin.next();
-    for c in clients {
-        c.close();
-    }
 }
