@@ -1,9 +1,10 @@
-//! Issue 40, item 1: one lock, N contenders, as the work grows, ours beside Apache Curator 5.4.
-//! N sessions spread over several worker processes (at most 256 sessions each, one thread per
-//! contender): for ours, copies of this binary; for Curator, JVMs running
-//! `benches/CuratorScaleWorker.java`, the way a Curator user writes it. Both take one
-//! `InterProcessMutex` (Curator's node layout) in turn; the two alternate configuration by
-//! configuration on one server, which the first configuration warms. A JVM worker's window
+//! Issue 40, item 1: one lock, N contenders, as the work grows, ours beside Apache Curator 5.4
+//! and `zookeeper-client` 0.11. N sessions spread over several worker processes (at most 256
+//! sessions each, one thread per contender): for ours and `zookeeper-client`, copies of this
+//! binary; for Curator, JVMs running `benches/CuratorScaleWorker.java`, the way a Curator user
+//! writes it. All take one lock of Curator's node layout in turn; they alternate, in an order
+//! that rotates, configuration by configuration on one server, which the first configuration
+//! warms. A JVM worker's window
 //! starts only once its JIT has been quiet for a second (`jstat -compiler`, at most 120 s).
 //!
 //! Every contender enters the line at once, which costs the server N listings of up to N names
@@ -16,7 +17,7 @@
 //! the server's CPU and the bytes it sent and received per acquisition (summed over its client
 //! sockets by `ss`, before and after); the workers' CPU per acquisition.
 //!
-//! `cargo bench --bench scale [-- --quick] [-- --fsync] [-- --n 8,64]`. Needs `ss` (iproute2);
+//! `cargo bench --bench scale [-- --quick] [-- --fsync] [-- --n 8,64] [-- --only ours,zkc]`. Needs `ss` (iproute2);
 //! skips Curator, saying why, without Java or Curator.
 
 mod common;
@@ -62,13 +63,17 @@ fn main() {
         .connect()
         .expect("connect");
     admin.ensure_path("/bench/scale").expect("path");
-    let mut peers = vec![Peer::Ours];
+    let mut peers = vec![Peer::Ours, Peer::Zkc];
     match curator_driver("CuratorScaleWorker") {
         Ok(cp) => peers.push(Peer::Curator(cp)),
         Err(why) => {
             json("scale", &[("curator_skipped", s(&why))]);
             println!("Curator skipped: {why}");
         }
+    }
+    // `--only ours,zkc`: these clients alone.
+    if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
+        peers.retain(|p| only.split(',').any(|o| o == p.name()));
     }
     // The server warmed by the smallest configuration, ours, until a window adds little of
     // the server's JIT (as the peers' bench does), at most 10 windows.
@@ -102,11 +107,9 @@ fn main() {
         "cli µs/acq"
     );
     for (i, &n) in ns.iter().enumerate() {
-        // Alternated: the first to run changes from one configuration to the next.
+        // Alternated: the order rotates from one configuration to the next.
         let mut order: Vec<&Peer> = peers.iter().collect();
-        if i % 2 == 1 {
-            order.reverse();
-        }
+        order.rotate_left(i % peers.len());
         for peer in order {
             let m = measure(&server, peer, n, warm_for(n), run_for, &format!("n{n}"));
             println!(
@@ -148,6 +151,9 @@ fn main() {
 /// Whose contenders a worker process runs.
 enum Peer {
     Ours,
+    /// `zookeeper-client` 0.11, each contender its own session on a current-thread runtime of
+    /// its own thread, as the peers' bench drives it.
+    Zkc,
     /// Curator, with the class path of its compiled worker.
     Curator(String),
 }
@@ -156,15 +162,17 @@ impl Peer {
     fn name(&self) -> &'static str {
         match self {
             Peer::Ours => "ours",
+            Peer::Zkc => "zkc",
             Peer::Curator(_) => "Curator",
         }
     }
 
     fn command(&self, connect: &str, path: &str, sessions: usize) -> Command {
         match self {
-            Peer::Ours => {
+            Peer::Ours | Peer::Zkc => {
                 let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
-                cmd.env("ZKR_SCALE_WORKER", format!("{connect} {path} {sessions}"));
+                let spec = format!("{} {connect} {path} {sessions}", self.name());
+                cmd.env("ZKR_SCALE_WORKER", spec);
                 cmd
             }
             Peer::Curator(cp) => {
@@ -242,6 +250,10 @@ fn measure(
     let procs = n.div_ceil(PER_PROCESS).max(1);
     let path = format!("/bench/scale/{tag}-{}", peer.name());
     let connect = server.connect_string();
+    // `zookeeper-client`'s lock needs its parent made (ours and Curator's make it).
+    let helper = Client::builder(&connect).connect().expect("connect");
+    helper.ensure_path(&path).expect("path");
+    helper.close();
     let mut workers: Vec<Worker> = (0..procs)
         .map(|i| {
             let sessions = n / procs + usize::from(i < n % procs);
@@ -258,7 +270,7 @@ fn measure(
     // The warm-up is part of the measurement's design: sleeps through it.
     thread::sleep(warm);
     let jit_quiet = match peer {
-        Peer::Ours => true,
+        Peer::Ours | Peer::Zkc => true,
         Peer::Curator(_) => jit_quiet(&workers, Duration::from_secs(120)),
     };
     let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
@@ -387,17 +399,22 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Our worker process: `connect path sessions` in `ZKR_SCALE_WORKER`. Connects its sessions,
-/// says `ready`; on `go` its contenders take the lock in turn; on `stop` they end (their
-/// sessions closed under them), and it reports each hold (`hold <acquired> <released>`) and
-/// `done`.
+/// A worker process of this binary: `ours|zkc connect path sessions` in `ZKR_SCALE_WORKER`.
+/// Connects its sessions, says `ready`; on `go` its contenders take the lock in turn; on
+/// `stop` they end, and it reports each hold (`hold <acquired> <released>`) and `done`.
 fn worker(spec: &str) {
     init_logs();
     let mut parts = spec.split(' ');
-    let (connect, path, sessions) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(c), Some(p), Some(n)) => (c.to_owned(), p.to_owned(), n.parse().expect("sessions")),
-        _ => panic!("ZKR_SCALE_WORKER: {spec:?}"),
-    };
+    let (kind, connect, path, sessions) =
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(k), Some(c), Some(p), Some(n)) => {
+                (k, c.to_owned(), p.to_owned(), n.parse().expect("sessions"))
+            }
+            _ => panic!("ZKR_SCALE_WORKER: {spec:?}"),
+        };
+    if kind == "zkc" {
+        return zkc_worker(&connect, &path, sessions);
+    }
     let clients: Vec<Client> = thread::scope(|scope| {
         let handles: Vec<_> = (0..sessions)
             .map(|_| {
@@ -445,6 +462,83 @@ fn worker(spec: &str) {
     for c in &clients {
         c.close();
     }
+    for t in threads {
+        t.join().expect("a contender");
+    }
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (a, r) in holds.lock().unwrap().iter() {
+        writeln!(out, "hold {a} {r}").expect("stdout");
+    }
+    writeln!(out, "done").expect("stdout");
+}
+
+/// The `zookeeper-client` worker: one thread and current-thread runtime per contender, each
+/// with its own session; a hold is its lock (Curator's layout, `LockPrefix::new_curator`) and
+/// the awaited delete of its node, as the peers' bench does (the guard would delete in the
+/// background). `stop` cancels the waits.
+fn zkc_worker(connect: &str, path: &str, sessions: usize) {
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let holds: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let threads: Vec<_> = (0..sessions)
+        .map(|_| {
+            let (connect, path) = (connect.to_owned(), path.to_owned());
+            let (mut go, mut stop, ready) = (go_rx.clone(), stop_rx.clone(), ready_tx.clone());
+            let holds = holds.clone();
+            thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    // The session timeout ours and Curator's workers ask for (its own
+                    // default, 6 s, lets an overloaded server's sessions expire at N = 4 096).
+                    let c = zookeeper_client::Client::connector()
+                        .with_session_timeout(Duration::from_secs(30))
+                        .connect(&connect)
+                        .await
+                        .expect("zookeeper-client connect");
+                    let _ = ready.send(());
+                    if go.wait_for(|g| *g).await.is_err() {
+                        return;
+                    }
+                    let mut mine = Vec::new();
+                    loop {
+                        let prefix = zookeeper_client::LockPrefix::new_curator(&path, "lock-")
+                            .expect("prefix");
+                        let lock = tokio::select! {
+                            lock = c.lock(prefix, b"", zookeeper_client::Acls::anyone_all()) => lock,
+                            _ = stop.wait_for(|s| *s) => break,
+                        };
+                        let Ok(lock) = lock else { break };
+                        let acquired = now_ns();
+                        let released = now_ns();
+                        let node = lock.lock_path().to_owned();
+                        std::mem::forget(lock);
+                        if c.delete(&node, None).await.is_err() {
+                            break;
+                        }
+                        mine.push((acquired, released));
+                    }
+                    holds.lock().unwrap().extend(mine);
+                });
+            })
+        })
+        .collect();
+    drop(ready_tx);
+    for _ in 0..sessions {
+        ready_rx.recv().expect("a zookeeper-client contender died");
+    }
+    let stdout = std::io::stdout();
+    writeln!(stdout.lock(), "ready").expect("stdout");
+    let mut stdin = std::io::stdin().lock().lines();
+    if matches!(stdin.next(), Some(Ok(line)) if line == "go") {
+        let _ = go_tx.send(true);
+        let _ = stdin.next(); // stop
+    }
+    let _ = stop_tx.send(true);
+    drop(go_tx);
     for t in threads {
         t.join().expect("a contender");
     }
