@@ -76,6 +76,10 @@ enum Dial {
     Expired,
     AuthFailed,
     Failed(String),
+    /// The server could not be reached at all, or reset the connection: down (or a proxy whose
+    /// server is). Failed otherwise than by TLS or Kerberos, so what it met before no longer
+    /// counts (`Unmended::passed`); a timeout does not say so.
+    Down(String),
     /// TLS could not be set up: unreadable files, a certificate that does not verify.
     Tls(ConnectFailure, String),
     /// Kerberos could not authenticate us, for a reason retrying does not mend (see
@@ -114,15 +118,25 @@ impl From<std::io::Error> for Dial {
     fn from(e: std::io::Error) -> Dial {
         match link::tls_failure(&e) {
             Some((cause, why)) => Dial::Tls(cause, why),
-            None => Dial::Failed(e.to_string()),
+            None => network(e),
         }
+    }
+}
+
+/// A network failure: `Down` if the server is not there, `Failed` otherwise.
+fn network(e: std::io::Error) -> Dial {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused | ConnectionReset | ConnectionAborted | HostUnreachable
+        | NetworkUnreachable => Dial::Down(e.to_string()),
+        _ => Dial::Failed(e.to_string()),
     }
 }
 
 impl From<OpenError> for Dial {
     fn from(e: OpenError) -> Dial {
         match e {
-            OpenError::Io(e) => Dial::Failed(e.to_string()),
+            OpenError::Io(e) => network(e),
             OpenError::Tls(cause, e) => Dial::Tls(cause, e),
         }
     }
@@ -239,12 +253,17 @@ impl Core {
                 }
                 // Left for a server of a new list (`update_hosts`): not a failure, the next
                 // turn takes the list.
-                Err(Dial::Failed(_) | Dial::Tls(..) | Dial::KerberosServer(_))
+                Err(Dial::Failed(_) | Dial::Down(_) | Dial::Tls(..) | Dial::KerberosServer(_))
                     if self.move_pending() =>
                 {
                     debug!("left {host} for a server of the new list");
                 }
-                Err(failure @ (Dial::Failed(_) | Dial::Tls(..) | Dial::KerberosServer(_))) => {
+                Err(
+                    failure @ (Dial::Failed(_)
+                    | Dial::Down(_)
+                    | Dial::Tls(..)
+                    | Dial::KerberosServer(_)),
+                ) => {
                     // A failure waiting does not mend, with this server: the client stops
                     // only when every server failed so before it ever connected.
                     let mut unmended = |why: String, error: fn(String) -> Error| {
@@ -278,6 +297,10 @@ impl Core {
                             why
                         }
                         Dial::Failed(why) => {
+                            unmended_in_a_row = 0;
+                            why
+                        }
+                        Dial::Down(why) => {
                             unmended_in_a_row = 0;
                             self.unmended.lock().passed(&host);
                             why

@@ -817,8 +817,9 @@ impl Core {
 }
 
 /// The failures waiting does not mend that attempts to connect met, one per server (the
-/// latest), most recent last: a server whose next attempt fails otherwise (down, unreachable)
-/// or that leaves the server list no longer counts, and a connection empties it.
+/// latest), most recent last: a server then found down (refused, reset, unreachable; a
+/// timeout says nothing) or that leaves the server list no longer counts, and a connection
+/// empties it.
 #[derive(Debug, Default)]
 pub(crate) struct Unmended(Vec<(HostPort, ConnectFailure, String)>);
 
