@@ -148,9 +148,9 @@ mod tests {
     fn a_silent_first_address_leaves_time_for_the_next() {
         use crate::testing::SilentPort;
         let silent = SilentPort::start().unwrap();
-        // Anything that accepts: a listening socket (the kernel completes the handshake).
-        let good = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let good = good.local_addr().unwrap();
+        // Anything that takes the connection.
+        let port = crate::testing::taking_port().unwrap();
+        let good = port.local_addr().unwrap();
         let until = Instant::now() + Duration::from_secs(2);
         let s = dial_addrs(&[silent.addr(), good], until)
             .expect("the second address connects within the budget");

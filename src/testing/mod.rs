@@ -39,7 +39,7 @@ pub use server::ServerTls;
 pub use server::{ServerKerberos, ServerOptions, ServerSasl, TestingServer};
 pub use silent::SilentPort;
 #[cfg(test)]
-pub(crate) use silent::{fill, unread_pair};
+pub(crate) use silent::{fill, taking_port, unread_pair};
 
 /// Why the harness could not provide a server. More reasons may come: match with a `_` arm.
 #[derive(Debug)]

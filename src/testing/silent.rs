@@ -36,6 +36,13 @@ impl SilentPort {
     }
 }
 
+/// A loopback port that takes connections (the kernel completes them; nothing accepts or
+/// answers): for the client's own unit tests of dialing. Keep it to keep the port.
+#[cfg(test)]
+pub(crate) fn taking_port() -> std::io::Result<TcpListener> {
+    TcpListener::bind("127.0.0.1:0")
+}
+
 /// A connected loopback pair whose far end never reads (the second stream, to be kept open):
 /// writes to the first fill the sockets' buffers and then block, as to a server that stopped
 /// reading. For the client's own unit tests of its write bounds; no protocol is spoken.
