@@ -433,3 +433,147 @@ fn members_waiting_on_an_old_ready_count_again_when_a_member_comes() {
         "ours waited out their deadline beside a whole party"
     );
 }
+
+/// A member whose first `faulted` creates run `fault` before they go out; the paths its
+/// creates went out under.
+fn member_with_faulted_creates(
+    client: &Client,
+    path: &str,
+    party: usize,
+    faulted: usize,
+    fault: impl Fn() + Send + Sync + 'static,
+) -> (
+    DistributedDoubleBarrier,
+    Arc<parking_lot::Mutex<Vec<String>>>,
+) {
+    let names = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let options = {
+        let names = names.clone();
+        zk_recipes::LockOptions::new().testing_before_create(move |p| {
+            let faulty = {
+                let mut seen = names.lock();
+                seen.push(p.to_owned());
+                seen.len() <= faulted
+            };
+            if faulty {
+                fault();
+            }
+        })
+    };
+    let member =
+        DistributedDoubleBarrier::testing_with_options(client, path, party, options).unwrap();
+    (member, names)
+}
+
+/// A member's create whose answer was lost can land after the member dropped its node: a
+/// follower that held the forwarded request delivers it once the session is attached there
+/// again (the client's janitor notes; seen with the locks in a harness run). The others would
+/// count that node as a member for the rest of the session. The landings are made here by the
+/// test, on the member's own session under the lost creates' name, after the member gave up:
+/// having made its node on a retry (after one lost create, and after two: both land), or
+/// never.
+#[rstest::rstest]
+#[case::made_on_a_retry(1, true)]
+#[case::made_after_two_lost(2, true)]
+#[case::never_made(1, false)]
+fn a_members_create_that_lands_after_it_gave_up_is_removed(
+    #[case] lost: usize,
+    #[case] made_on_a_retry: bool,
+) {
+    let f = Arc::new(faulty());
+    let path = format!("/lands-late-{lost}-{made_on_a_retry}");
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    observer.ensure_path(&path).unwrap();
+    let session = client.session_id();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (member, names) = {
+        let f = f.clone();
+        member_with_faulted_creates(&client, &path, 2, lost, move || {
+            // The create never reaches the server: held, then the connection cut.
+            f.proxy.hold_requests();
+            held_tx.send(()).unwrap();
+        })
+    };
+    let cutter = {
+        let f = f.clone();
+        thread::spawn(move || {
+            for _ in 0..lost {
+                held_rx.recv_timeout(SOON).unwrap();
+                // More than a ping's 12 bytes: the create is held.
+                wait_for(SOON, || (f.proxy.held_requests() > 12).then_some(()))
+                    .expect("the create never left the client");
+                f.proxy.cut();
+                if made_on_a_retry {
+                    f.proxy.heal();
+                }
+            }
+        })
+    };
+    // A party of two with one member: it gives up at its deadline.
+    assert!(!member.enter(Duration::from_secs(3)).unwrap());
+    cutter.join().unwrap();
+    f.proxy.heal();
+    // The janitor has done what it was handed on giving up (the delete of the member's node
+    // included), so the landings below come after it.
+    janitor_caught_up(&client, &format!("{path}-scratch"));
+    let names = names.lock().clone();
+    assert_eq!(
+        names.len(),
+        lost + usize::from(made_on_a_retry),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().all(|n| n == &names[0]),
+        "a retry went out under another name: {names:?}"
+    );
+    // The lost creates land now, one after the other, on the same session.
+    for landing in 0..lost {
+        client
+            .create(&names[0], b"", zk_recipes::CreateMode::Ephemeral)
+            .unwrap();
+        assert!(
+            wait_children(&observer, &path, SOON, |c| c.is_empty()),
+            "late member node {landing} stayed: {:?}",
+            members(&observer, &path)
+        );
+    }
+    assert_eq!(client.session_id(), session, "it went with its session");
+}
+
+/// A member's name carries the session it was chosen for. If the session changes before the
+/// create goes out, the create must not go out on the new one: a node made there whose answer
+/// is lost is owned by a session that does not know the name, and the member's next look
+/// makes a second node under the new session's name, so one member counts as two (a party of
+/// two with one member passed alone).
+#[test]
+fn a_member_name_chosen_for_a_lost_session_is_never_created_under_the_next() {
+    let f = Arc::new(faulty());
+    let path = "/name-for-a-lost-session";
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let first = client.session_id();
+    let (member, names) = {
+        let (f, renewed) = (f.clone(), client.clone());
+        member_with_faulted_creates(&client, path, 2, 1, move || {
+            // The session ends between the name and its create; then the answers are held.
+            expire_and_renew(&f, &renewed);
+            f.proxy.hold_replies();
+        })
+    };
+    let cutter = lose_a_create_made_under_the_old_name(&f, &names);
+    let entered = member.enter(Duration::from_secs(4)).unwrap();
+    assert!(
+        !entered,
+        "a party of two passed with one member: {:?}",
+        members(&observer, path)
+    );
+    cutter.join().unwrap();
+    assert_ne!(client.session_id(), first);
+    assert!(names.lock().len() >= 2, "{:?}", names.lock());
+    assert!(
+        wait_children(&observer, path, SOON, |c| c.is_empty()),
+        "left behind: {:?}",
+        members(&observer, path)
+    );
+}

@@ -749,19 +749,6 @@ fn a_lost_create_not_found_is_retried_under_a_new_name_and_removed_if_it_lands_l
     assert_eq!(client.session_id(), session);
 }
 
-/// Returns once the client's janitor has handled every job handed to it so far: a watch event
-/// for a bounded channel reaches it through the janitor, after the jobs before it (an
-/// unbounded channel gets its events from the reader directly).
-fn janitor_caught_up(client: &Client, scratch: &str) {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    assert!(client.exists_watch(scratch, &tx).unwrap().is_none());
-    client
-        .create(scratch, b"", zk_recipes::CreateMode::Ephemeral)
-        .unwrap();
-    rx.recv_timeout(SOON).expect("the scratch node's event");
-    client.delete(scratch).unwrap();
-}
-
 /// A search for a lost create stays armed for its session's life, not for one look: a node
 /// that turns up under its name after the look is removed, on a change to its parent soon
 /// after the create was given up on, and on the next reconnect long after.
@@ -803,4 +790,72 @@ fn a_node_that_turns_up_under_a_lost_creates_name_after_the_search_looked_is_rem
         "{late} stayed"
     );
     assert_eq!(client.session_id(), session, "it went with its session");
+}
+
+/// A search whose parent is gone (a container reaped, a barrier's path gone with its last
+/// member) watches for the parent's return while the create is recent: a node that lands under
+/// it once it is made again (a barrier's next round) is removed without waiting for a
+/// reconnect, which may be far off.
+#[test]
+fn a_search_whose_parent_went_is_woken_when_the_parent_is_made_again() {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/search-parent-back";
+    observer.ensure_path(path).unwrap();
+    let session = client.session_id();
+    client.testing_remove_marked_later(path, "0123-lost", Duration::ZERO);
+    janitor_caught_up(&client, "/search-parent-back-scratch");
+    observer.delete(path).unwrap();
+    // The search has looked again on its parent's deletion, and found no parent.
+    janitor_caught_up(&client, "/search-parent-back-scratch");
+    observer
+        .create(path, b"", zk_recipes::CreateMode::Persistent)
+        .unwrap();
+    let late = client
+        .create(
+            &format!("{path}/_c_0123-lost-lock-"),
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    assert!(
+        wait_children(&observer, path, SOON, <[String]>::is_empty),
+        "{late} stayed"
+    );
+    assert_eq!(client.session_id(), session, "no reconnect woke the search");
+}
+
+/// Past the most searches the janitor keeps armed (1 024), the oldest are dropped: a create
+/// given up on long ago is the least likely to land. A reconnect put the searches handed over
+/// while the client was cut off first in the list, so the newest were dropped instead.
+#[test]
+fn past_the_most_armed_searches_the_oldest_are_dropped_not_the_newest() {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    let path = "/too-many-searches";
+    observer.ensure_path(path).unwrap();
+    for i in 0..1024 {
+        client.testing_remove_marked_later(path, &format!("old-{i:04}-lost"), SOON * 4);
+    }
+    janitor_caught_up(&client, "/too-many-searches-scratch");
+    let sub = client.subscribe();
+    f.proxy.refuse();
+    next_state(&sub, zk_recipes::ConnectionState::Suspended);
+    client.testing_remove_marked_later(path, "new-0000-lost", Duration::ZERO);
+    f.proxy.heal();
+    next_state(&sub, zk_recipes::ConnectionState::Reconnected);
+    janitor_caught_up(&client, "/too-many-searches-scratch");
+    let late = client
+        .create(
+            &format!("{path}/_c_new-0000-lost-lock-"),
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    assert!(
+        wait_children(&observer, path, SOON, <[String]>::is_empty),
+        "{late} stayed: the newest search was dropped"
+    );
 }

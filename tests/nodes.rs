@@ -414,3 +414,123 @@ fn a_node_made_on_the_session_after_the_one_a_look_began_on_is_taken_as_ours() {
         "the node made is not taken as ours"
     );
 }
+
+/// A protected node whose creates run `fault` before the first goes out; the paths its creates
+/// went out under.
+fn protected_with_first_create(
+    client: &Client,
+    path: &str,
+    fault: impl Fn() + Send + Sync + 'static,
+) -> (PersistentNode, Arc<parking_lot::Mutex<Vec<String>>>) {
+    let names = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let options = {
+        let names = names.clone();
+        zk_recipes::LockOptions::new().testing_before_create(move |p| {
+            let first = {
+                let mut seen = names.lock();
+                seen.push(p.to_owned());
+                seen.len() == 1
+            };
+            if first {
+                fault();
+            }
+        })
+    };
+    let node = PersistentNode::testing_with_options(
+        client,
+        path,
+        NodeMode::ProtectedEphemeral,
+        b"p",
+        options,
+    )
+    .unwrap();
+    (node, names)
+}
+
+/// A protected node's create whose answer was lost can land after `close()` deleted the node
+/// (a follower that held the forwarded request delivers it once the session is attached there
+/// again: the client's janitor notes). The landing is made here by the test, on the node's own
+/// session under the lost create's name, after the close.
+#[test]
+fn a_protected_nodes_create_that_lands_after_close_is_removed() {
+    let f = Arc::new(faulty());
+    let parent = "/protected-lands-late";
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    observer.ensure_path(parent).unwrap();
+    let session = client.session_id();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (node, names) = {
+        let f = f.clone();
+        protected_with_first_create(&client, &format!("{parent}/worker"), move || {
+            // The first create never reaches the server: held, then the connection cut.
+            f.proxy.hold_requests();
+            held_tx.send(()).unwrap();
+        })
+    };
+    let cutter = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            held_rx.recv_timeout(SOON).unwrap();
+            // More than a ping's 12 bytes: the create is held.
+            wait_for(SOON, || (f.proxy.held_requests() > 12).then_some(()))
+                .expect("the create never left the client");
+            f.proxy.cut();
+            f.proxy.heal();
+        })
+    };
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    cutter.join().unwrap();
+    node.close();
+    janitor_caught_up(&client, "/protected-lands-late-scratch");
+    let names = names.lock().clone();
+    assert!(names.len() >= 2, "{names:?}");
+    assert!(
+        names.iter().all(|n| n == &names[0]),
+        "a retry went out under another name: {names:?}"
+    );
+    // The lost create lands now, on the same session.
+    client
+        .create(&names[0], b"", CreateMode::Ephemeral)
+        .unwrap();
+    assert!(
+        wait_children(&observer, parent, SOON, |c| c.is_empty()),
+        "the late node stayed: {:?}",
+        observer.children(parent)
+    );
+    assert_eq!(client.session_id(), session, "it went with its session");
+}
+
+/// A protected name carries the session it was chosen for. If the session changes before its
+/// create goes out, the create must not go out on the new one: a node made there whose answer
+/// was lost names the old session, and the next look makes the node again under the new
+/// session's name, leaving the first behind for the new session's life.
+#[test]
+fn a_protected_name_chosen_for_a_lost_session_is_never_created_under_the_next() {
+    let f = Arc::new(faulty());
+    let parent = "/protected-name-for-a-lost-session";
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    observer.ensure_path(parent).unwrap();
+    let first = client.session_id();
+    let (node, names) = {
+        let (f, renewed) = (f.clone(), client.clone());
+        protected_with_first_create(&client, &format!("{parent}/worker"), move || {
+            // The session ends between the name and its create; then the answers are held.
+            expire_and_renew(&f, &renewed);
+            f.proxy.hold_replies();
+        })
+    };
+    let cutter = lose_a_create_made_under_the_old_name(&f, &names);
+    node.start().unwrap();
+    assert!(node.wait_for_initial_create(SOON).unwrap());
+    cutter.join().unwrap();
+    assert_ne!(client.session_id(), first);
+    let actual = node.actual_path().unwrap();
+    assert_ne!(actual, names.lock()[0], "made under the old session's name");
+    let children = observer.children(parent).unwrap();
+    assert_eq!(children.len(), 1, "a node was left behind: {children:?}");
+    node.close();
+    assert!(wait_children(&observer, parent, SOON, |c| c.is_empty()));
+}

@@ -69,6 +69,10 @@ struct Member {
     /// The transaction that made it (once made): a `ready` node made after it is this
     /// round's.
     czxid: i64,
+    /// Creates under this name whose answers were lost: each may still land, even after the
+    /// node is deleted (see the client's janitor), so a member that drops its node has the
+    /// janitor look for that many landings while the session lives.
+    lost: u32,
 }
 
 impl std::fmt::Debug for DistributedDoubleBarrier {
@@ -94,6 +98,28 @@ enum Step {
 impl DistributedDoubleBarrier {
     /// A barrier at `path` for a party of `member_qty` (at least one).
     pub fn new(client: &Client, path: &str, member_qty: usize) -> Result<DistributedDoubleBarrier> {
+        Self::with_options(client, path, member_qty, LockOptions::new())
+    }
+
+    /// Test hook: a barrier whose member creates run `options`' `testing_before_create` hook
+    /// (with the member node's path) before they go out.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_with_options(
+        client: &Client,
+        path: &str,
+        member_qty: usize,
+        options: LockOptions,
+    ) -> Result<DistributedDoubleBarrier> {
+        Self::with_options(client, path, member_qty, options)
+    }
+
+    fn with_options(
+        client: &Client,
+        path: &str,
+        member_qty: usize,
+        options: LockOptions,
+    ) -> Result<DistributedDoubleBarrier> {
         if member_qty == 0 {
             return Err(Error::BadArguments(
                 "a double barrier needs at least one member".into(),
@@ -101,7 +127,7 @@ impl DistributedDoubleBarrier {
         }
         Ok(DistributedDoubleBarrier {
             ready: paths::join(path, READY_NODE),
-            core: LockCore::new(client, path, LockOptions::new())?,
+            core: LockCore::new(client, path, options)?,
             member_qty,
             own: Mutex::new(None),
             given_up: Mutex::new(Vec::new()),
@@ -184,6 +210,11 @@ impl DistributedDoubleBarrier {
         };
         let own = match self.ensure_own_node(&client) {
             Ok(own) => own,
+            // The session changed before our create went out (it was not sent): a name for
+            // the new one at once; the change it would wait for has come already.
+            Err(Error::SessionLost { .. }) if client.session_id().is_some() => {
+                return Ok(Step::Again)
+            }
             Err(e) => return passable(e),
         };
         if ready.is_some_and(|stat| stat.mzxid > own.czxid) {
@@ -295,7 +326,7 @@ impl DistributedDoubleBarrier {
             members.iter().position(|n| n == name)
         });
         if own.is_some() && ours.is_none() {
-            *self.own.lock() = None;
+            self.drop_own_node(deadline);
         }
         let (Some(lowest), Some(highest)) = (members.first(), members.last()) else {
             return Ok(Step::Done(true));
@@ -323,6 +354,10 @@ impl DistributedDoubleBarrier {
     }
 
     /// Makes our member node if the client's session has none of ours; returns it.
+    ///
+    /// The name carries the session it is chosen for, and its create goes out only on that
+    /// session: sent on a newer one, a node whose answer was lost would be owned by a session
+    /// that does not know its name, and would count as a second member.
     fn ensure_own_node(&self, client: &Client) -> Result<Member> {
         let Some(session) = client.session_id() else {
             return Err(client.connection_loss());
@@ -332,40 +367,52 @@ impl DistributedDoubleBarrier {
             match own.as_ref() {
                 Some(m) if m.session == session && m.made => return Ok(m.clone()),
                 Some(m) if m.session == session => m.path.clone(),
-                _ => {
+                old => {
+                    // A node of an older session (one the client gave up on, which the
+                    // servers may keep a while) is not another member.
+                    if let Some(m) = old {
+                        self.given_up
+                            .lock()
+                            .push(paths::node_name(&m.path).to_owned());
+                    }
                     let path = paths::join(&self.core.path, ProtectedId::next(session).as_str());
                     *own = Some(Member {
                         path: path.clone(),
                         session,
                         made: false,
                         czxid: 0,
+                        lost: 0,
                     });
                     path
                 }
             }
         };
+        #[cfg(feature = "testing")]
+        self.core.options.hook_before_create(|| path.clone());
+        let client = client.only_on(session);
         let made = match client.create_under_containers(&path, &[], CreateMode::Ephemeral) {
-            Ok((_, stat, under)) => Some((under, stat.czxid)),
+            Ok((_, stat, _)) => Some(stat.czxid),
             // An earlier create under this name whose answer was lost: the name carries our
-            // session, so the node is ours; its owner says under which session it was made.
-            Err(e) if e.is_node_exists() => client
-                .exists(&path)?
-                .map(|stat| (SessionId(stat.ephemeral_owner), stat.czxid)),
-            Err(e) => return Err(e),
+            // session, and only our session sends it, so the node is ours.
+            Err(e) if e.is_node_exists() => client.exists(&path)?.map(|stat| stat.czxid),
+            Err(e) => {
+                if matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. }) {
+                    if let Some(m) = self.own.lock().as_mut().filter(|m| m.path == path) {
+                        m.lost = m.lost.saturating_add(1);
+                    }
+                }
+                return Err(e);
+            }
         };
-        match made {
-            Some((under, czxid)) => {
-                let member = Member {
-                    path,
-                    session: under,
-                    made: true,
-                    czxid,
-                };
-                *self.own.lock() = Some(member.clone());
-                Ok(member)
+        let mut own = self.own.lock();
+        match (made, own.as_mut().filter(|m| m.path == path)) {
+            (Some(czxid), Some(m)) => {
+                m.made = true;
+                m.czxid = czxid;
+                Ok(m.clone())
             }
             // Gone again already: its session was lost meanwhile. The next look makes another.
-            None => Err(client.connection_loss()),
+            _ => Err(self.core.client.connection_loss()),
         }
     }
 
@@ -373,13 +420,20 @@ impl DistributedDoubleBarrier {
     /// janitor.
     fn drop_own_node(&self, by: Instant) {
         if let Some(m) = self.own.lock().take() {
-            self.given_up
-                .lock()
-                .push(paths::node_name(&m.path).to_owned());
-            self.core
-                .client
-                .with_deadline(by)
-                .remove_own(&m.path, m.session);
+            let name = paths::node_name(&m.path);
+            self.given_up.lock().push(name.to_owned());
+            let client = self.core.client.with_deadline(by);
+            let gone = client.remove_own(&m.path, m.session);
+            // A create whose answer was lost may land after that delete, and would be counted
+            // by the others as a member until the session ends: the janitor looks for it (the
+            // name is never used again), counting the node the delete left to it, which it may
+            // find too.
+            client.remove_marked_later(
+                &self.core.path,
+                name,
+                m.session,
+                m.lost.saturating_add(u32::from(!gone && m.lost > 0)),
+            );
         }
     }
 }

@@ -33,12 +33,15 @@ pub(crate) enum Chore {
     Delete { path: String, session: SessionId },
     /// Delete every child of `parent` whose name contains `marker`, now and whenever it shows
     /// up later while `session` lives (a create whose answer was lost can land after a look
-    /// found nothing); `since`: when the create was given up on.
+    /// found nothing); `since`: when the create was given up on; `landings`: how many nodes
+    /// the search deletes before it is done (each create under the marker makes one at most,
+    /// and may land even after another's node was deleted).
     DeleteMarked {
         parent: String,
         marker: String,
         session: SessionId,
         since: std::time::Instant,
+        landings: u32,
     },
     /// Set the watch on a held node once connected (it could not go out when the hold began).
     WatchHold { path: String, session: SessionId },

@@ -197,6 +197,12 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             }
             if armed.len() > MAX_ARMED {
                 // The oldest first: a create given up on long ago is the least likely to land.
+                // (The list is not in that order: a reconnect and a parent's change move
+                // searches about.)
+                armed.sort_by_key(|c| match c {
+                    Chore::DeleteMarked { since, .. } => Some(*since),
+                    _ => None,
+                });
                 let over = armed.len() - MAX_ARMED;
                 warn!("janitor: {over} searches for lost creates dropped (more than {MAX_ARMED} armed)");
                 armed.drain(..over);
@@ -280,6 +286,7 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
                     marker,
                     session,
                     since: Instant::now(),
+                    landings: 1,
                 },
             }
         }
@@ -290,6 +297,7 @@ fn resolved(core: &Core, answer: Answer, then: Then, session: SessionId) -> Opti
             marker,
             session,
             since: Instant::now(),
+            landings: 1,
         },
         // Deleted, or already gone (NoNode): nothing left to do.
         (Then::Deleted { .. }, Some(r)) if r.header.err == 0 || r.header.err == -101 => {
@@ -432,8 +440,15 @@ fn look_for_marked(client: &Client, chores: Vec<Chore>, current: Option<SessionI
             out.extend(live.into_iter().map(Next::Again));
             return out;
         }
-        // No parent: a create under it fails, unless the parent is made again first.
+        // No parent: a create under it fails, unless the parent is made again first (a
+        // container reaped and made again by the next round of a barrier): within `LATE`, its
+        // creation wakes the search, as a change to its children would.
         Err(e) if e.is_no_node() => {
+            if watch {
+                if let Err(e) = client.exists_watch(&parent, &client.core().marks_tx) {
+                    debug!("janitor: cannot watch for {parent}: {e}");
+                }
+            }
             out.extend(live.into_iter().map(Next::Armed));
             return out;
         }
@@ -445,9 +460,11 @@ fn look_for_marked(client: &Client, chores: Vec<Chore>, current: Option<SessionI
     };
     for chore in live.drain(..) {
         let Chore::DeleteMarked {
-            ref marker,
+            parent: of,
+            marker,
             session,
-            ..
+            since,
+            landings,
         } = chore
         else {
             out.push(Next::Done);
@@ -457,24 +474,30 @@ fn look_for_marked(client: &Client, chores: Vec<Chore>, current: Option<SessionI
             .iter()
             .filter(|c| c.contains(marker.as_str()))
             .collect();
-        if found.is_empty() {
-            out.push(Next::Armed(chore));
-            continue;
-        }
-        // The create landed (each marker goes out on one create): once its node is deleted,
-        // nothing is left to look for.
+        // Each create under the marker makes at most one node: once as many nodes as creates
+        // went out unanswered are deleted, nothing is left to look for.
+        let mut left = landings;
         let mut retry = false;
         for child in found {
             let path = crate::paths::join(&parent, child);
-            retry |= matches!(
-                attempt(client, Chore::Delete { path, session }, current),
-                Next::Again(_)
-            );
+            match attempt(client, Chore::Delete { path, session }, current) {
+                Next::Again(_) => retry = true,
+                _ => left = left.saturating_sub(1),
+            }
         }
+        let chore = Chore::DeleteMarked {
+            parent: of,
+            marker,
+            session,
+            since,
+            landings: left,
+        };
         out.push(if retry {
             Next::Again(chore)
-        } else {
+        } else if left == 0 {
             Next::Done
+        } else {
+            Next::Armed(chore)
         });
     }
     out

@@ -597,6 +597,7 @@ impl LockCore {
                                     &self.path,
                                     marker.as_str(),
                                     session,
+                                    1,
                                 );
                             }
                             now
@@ -608,6 +609,7 @@ impl LockCore {
                                 &self.path,
                                 marker.as_str(),
                                 self.client.session_id().unwrap_or(session),
+                                1,
                             );
                             return Err(e);
                         }

@@ -170,6 +170,15 @@ impl LockOptions {
 }
 
 #[cfg(feature = "testing")]
+impl LockOptions {
+    /// Runs the `testing_before_create` hook, if any, with the path `path` makes (made only
+    /// if there is a hook).
+    pub(crate) fn hook_before_create(&self, path: impl FnOnce() -> String) {
+        self.hooks.before_create(path);
+    }
+}
+
+#[cfg(feature = "testing")]
 type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[cfg(feature = "testing")]

@@ -122,6 +122,10 @@ struct State {
     created_once: bool,
     /// A create has gone out (its answer may have been lost): close looks for the node.
     tried: bool,
+    /// Creates under the protected name whose answers were lost: each may still land, even
+    /// after close deleted the node (see the client's janitor), so close has the janitor look
+    /// for that many landings while the session lives.
+    lost: u32,
     started: bool,
     closed: bool,
     /// When `close()` must have returned by.
@@ -143,6 +147,30 @@ impl PersistentNode {
     /// a protected form of its name) with `data`. Nothing happens before
     /// [`start`](Self::start).
     pub fn new(client: &Client, path: &str, mode: NodeMode, data: &[u8]) -> Result<PersistentNode> {
+        Self::with_options(client, path, mode, data, LockOptions::new())
+    }
+
+    /// Test hook: a node whose creates run `options`' `testing_before_create` hook (with the
+    /// node's path) before they go out.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_with_options(
+        client: &Client,
+        path: &str,
+        mode: NodeMode,
+        data: &[u8],
+        options: LockOptions,
+    ) -> Result<PersistentNode> {
+        Self::with_options(client, path, mode, data, options)
+    }
+
+    fn with_options(
+        client: &Client,
+        path: &str,
+        mode: NodeMode,
+        data: &[u8],
+        options: LockOptions,
+    ) -> Result<PersistentNode> {
         if paths::parent(path).is_none() {
             return Err(Error::InvalidPath {
                 path: path.into(),
@@ -152,7 +180,7 @@ impl PersistentNode {
         let (nudge, nudged) = unbounded();
         Ok(PersistentNode {
             inner: Arc::new(Inner {
-                core: LockCore::new(client, path, LockOptions::new())?,
+                core: LockCore::new(client, path, options)?,
                 mode,
                 state: Mutex::new(State {
                     data: data.to_vec(),
@@ -302,11 +330,6 @@ impl Drop for PersistentNode {
     }
 }
 
-/// True if the protected node name in `path` carries `session`.
-fn named_for(path: &str, session: SessionId) -> bool {
-    crate::lock::session_of(paths::node_name(path)) == Some(session)
-}
-
 /// Errors the node's thread rides out: it looks again after the next state change or a
 /// backoff.
 fn retried_later(e: &Error) -> bool {
@@ -372,7 +395,7 @@ impl Inner {
             }
             // Missing: made, then looked at again (a node deleted again at once is made
             // again; every call is bounded by the look's deadline).
-            made_now |= self.create(&client, &target)?;
+            made_now |= self.create(&client, &target, session)?;
         };
         if self.mode.is_ephemeral() && stat.ephemeral_owner != session.0 {
             // Another session's node at our path: it goes with that session (its deletion
@@ -415,28 +438,30 @@ impl Inner {
         debug_assert!(name.starts_with(PROTECTED_PREFIX));
         let path = paths::join(parent, &name);
         state.protected = Some((path.clone(), session));
+        state.lost = 0;
         path
     }
 
     /// Makes the node at `target` with the current data (missing parents as containers):
-    /// true if this call made it, false if it was there already.
-    fn create(&self, client: &Client, target: &str) -> Result<bool> {
+    /// true if this call made it, false if it was there already. A protected name carries
+    /// the session it was chosen for (`session`), and its create goes out only on that
+    /// session: sent on a newer one, a node whose answer was lost would carry the wrong
+    /// session, and the next look, under the new session's name, would leave it behind.
+    fn create(&self, client: &Client, target: &str, session: SessionId) -> Result<bool> {
         let data = {
             let mut state = self.state.lock();
             state.tried = true;
             state.data.clone()
         };
-        let mode = self.mode.create_mode();
-        match client.create_under_containers(target, &data, mode) {
-            // A protected name carries the session it was chosen under: made under a newer
-            // one (the session changed while the create was on its way), it would name the
-            // wrong session. Removed, and made again under a name of the new session.
-            Ok((path, _, under))
-                if self.mode == NodeMode::ProtectedEphemeral && !named_for(&path, under) =>
-            {
-                client.remove_own(&path, under);
-                Err(Error::SessionLost { session_id: under })
-            }
+        let protected = self.mode == NodeMode::ProtectedEphemeral;
+        let client = if protected {
+            client.only_on(session)
+        } else {
+            client.clone()
+        };
+        #[cfg(feature = "testing")]
+        self.core.options.hook_before_create(|| target.to_owned());
+        match client.create_under_containers(target, &data, self.mode.create_mode()) {
             Ok((path, _, session)) => {
                 {
                     let mut state = self.state.lock();
@@ -453,7 +478,15 @@ impl Inner {
             // Made by someone else meanwhile (or by our own create whose answer was lost):
             // the look that follows decides.
             Err(e) if e.is_node_exists() => Ok(false),
-            Err(e) => Err(e),
+            Err(e) => {
+                if protected && matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. }) {
+                    let mut state = self.state.lock();
+                    if state.protected.as_ref().is_some_and(|(p, _)| p == target) {
+                        state.lost = state.lost.saturating_add(1);
+                    }
+                }
+                Err(e)
+            }
         }
     }
 
@@ -507,12 +540,13 @@ impl Inner {
     /// answer was not seen is looked for at its path (a persistent one is deleted, as Curator
     /// deletes what lands after a close).
     fn remove(&self) {
-        let (made, tried, protected, by) = {
+        let (made, tried, protected, lost, by) = {
             let mut state = self.state.lock();
             (
                 state.made.take(),
                 state.tried,
                 state.protected.clone(),
+                state.lost,
                 state.close_by,
             )
         };
@@ -520,6 +554,12 @@ impl Inner {
             .core
             .client
             .with_deadline(by.unwrap_or_else(|| Instant::now() + super::CLOSE_WAIT));
+        // A protected name is never used again: a create under it whose answer was lost, and
+        // which lands after the delete below, is the janitor's to remove while its session
+        // lives. A node at a plain path cannot be searched for so: a later node there may be
+        // anyone's (recipes/nodes.md, "Limits").
+        let search = protected.clone().filter(|_| lost > 0);
+        let mut gone = true;
         let path = made
             .as_ref()
             .map(|(p, _)| p.clone())
@@ -536,18 +576,30 @@ impl Inner {
             NodeMode::Ephemeral | NodeMode::ProtectedEphemeral => {
                 let owner = match made {
                     Some((_, session)) => Some(session),
-                    None if tried => client
-                        .exists(&path)
-                        .ok()
-                        .flatten()
-                        .map(|stat| SessionId(stat.ephemeral_owner))
-                        .filter(|owner| client.session_id() == Some(*owner)),
+                    None if tried => match client.exists(&path) {
+                        Ok(stat) => stat
+                            .map(|stat| SessionId(stat.ephemeral_owner))
+                            .filter(|owner| client.session_id() == Some(*owner)),
+                        // Not known: a node of ours may stand there still.
+                        Err(e) => {
+                            debug!("{path}: {e}");
+                            gone = false;
+                            None
+                        }
+                    },
                     None => None,
                 };
                 if let Some(session) = owner {
-                    client.remove_own(&path, session);
+                    gone = client.remove_own(&path, session);
                 }
             }
+        }
+        // After the delete: a node it left to the janitor may be found by the search too, so
+        // the search counts it among what it removes.
+        if let Some((path, session)) = search {
+            let parent = paths::parent(&path).unwrap_or("/");
+            let landings = lost.saturating_add(u32::from(!gone));
+            client.remove_marked_later(parent, paths::node_name(&path), session, landings);
         }
     }
 }

@@ -332,3 +332,37 @@ pub fn write_java_client_jaas(path: &std::path::Path, user: &str, password: &str
     )
     .expect("a JAAS file");
 }
+
+/// Returns once the client's janitor has handled every job handed to it so far: a watch event
+/// for a bounded channel reaches it through the janitor, after the jobs before it (an
+/// unbounded channel gets its events from the reader directly).
+pub fn janitor_caught_up(client: &Client, scratch: &str) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    assert!(client.exists_watch(scratch, &tx).unwrap().is_none());
+    client
+        .create(scratch, b"", zk_recipes::CreateMode::Ephemeral)
+        .unwrap();
+    rx.recv_timeout(SOON).expect("the scratch node's event");
+    client.delete(scratch).unwrap();
+}
+
+/// For the tests of a name chosen for one session whose create must not go out on the next,
+/// with the proxy holding replies: once an answer longer than a ping's (20 bytes) is held,
+/// the connection is cut if the server made a node under the first name (the create went out
+/// on the new session, and this was its answer), and traffic let through either way.
+pub fn lose_a_create_made_under_the_old_name(
+    f: &std::sync::Arc<Faulty>,
+    names: &std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+) -> std::thread::JoinHandle<()> {
+    let (f, names) = (f.clone(), names.clone());
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    std::thread::spawn(move || {
+        wait_for(SOON, || (f.proxy.held_replies() > 20).then_some(())).expect("no answer was held");
+        let first = names.lock().first().cloned().expect("a name");
+        if observer.exists(&first).unwrap().is_some() {
+            f.proxy.cut();
+        }
+        f.proxy.heal();
+        observer.close();
+    })
+}

@@ -136,8 +136,10 @@ impl Client {
     }
 
     /// Deletes a node of `session`'s, waiting at most until this handle's deadline; what
-    /// cannot finish by then is finished by the janitor while the session lives.
-    pub(crate) fn remove_own(&self, path: &str, session: SessionId) {
+    /// cannot finish by then is finished by the janitor while the session lives. True if the
+    /// node is certainly gone now (the server answered the delete, or the session is not the
+    /// client's any more); false if the janitor has it.
+    pub(crate) fn remove_own(&self, path: &str, session: SessionId) -> bool {
         // Made only when needed: every release passes here.
         let chore = || {
             Job::Chore(Chore::Delete {
@@ -146,7 +148,7 @@ impl Client {
             })
         };
         if paths::validate(path, false).is_err() || self.session_id() != Some(session) {
-            return;
+            return true;
         }
         let full = self.full(path);
         let req = Req::Delete {
@@ -157,26 +159,33 @@ impl Client {
         // newer session made since (a queue's item lock) must not be deleted for it.
         let ticket = match self.only_on(session).send([req.outgoing()]) {
             Ok([t]) => t,
-            Err(Error::SessionLost { .. }) => return,
-            Err(_) => return self.core.job(chore()),
+            Err(Error::SessionLost { .. }) => return true,
+            Err(_) => {
+                self.core.job(chore());
+                return false;
+            }
         };
         let answered = match self.deadline {
             Some(d) => ticket.answer.ready(d),
             None => true,
         };
         if !answered {
-            return self.core.finish_later(
+            self.core.finish_later(
                 ticket.answer,
                 Then::Deleted {
                     path: path.to_owned(),
                 },
                 session,
             );
+            return false;
         }
         match self.wait(ticket, path, None) {
-            Ok(_) => {}
-            Err(e) if e.is_no_node() => {}
-            Err(_) => self.core.job(chore()),
+            Ok(_) => true,
+            Err(e) if e.is_no_node() => true,
+            Err(_) => {
+                self.core.job(chore());
+                false
+            }
         }
     }
 
@@ -222,13 +231,25 @@ impl Client {
     }
 
     /// Hands the janitor the removal of every child of `parent` carrying `marker`, now and
-    /// whenever one turns up while `session` lives.
-    pub(crate) fn remove_marked_later(&self, parent: &str, marker: &str, session: SessionId) {
+    /// whenever one turns up while `session` lives, until `landings` such nodes are gone
+    /// (one per create under the marker that may have made a node). The marker must be one
+    /// no later node of `session`'s will carry (a `ProtectedId` never used again).
+    pub(crate) fn remove_marked_later(
+        &self,
+        parent: &str,
+        marker: &str,
+        session: SessionId,
+        landings: u32,
+    ) {
+        if landings == 0 {
+            return;
+        }
         self.core.job(Job::Chore(Chore::DeleteMarked {
             parent: parent.to_owned(),
             marker: marker.to_owned(),
             session,
             since: Instant::now(),
+            landings,
         }));
     }
 
@@ -246,6 +267,7 @@ impl Client {
             marker: marker.to_owned(),
             session,
             since: now.checked_sub(given_up_ago).unwrap_or(now),
+            landings: 1,
         }));
     }
 

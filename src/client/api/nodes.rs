@@ -113,9 +113,11 @@ impl Client {
     }
 
     /// [`create_in_session`](Self::create_in_session) of `path` with the client's default
-    /// ACL, its missing parents made first as containers (see
-    /// [`ensure_lock_path`](Self::ensure_lock_path)); made again once if the server reaped an
-    /// empty container between the two (the create then says `NoNode`).
+    /// ACL; if its parent is missing (`NoNode`), the missing parents are made as containers
+    /// (see [`ensure_lock_path`](Self::ensure_lock_path)) and the create sent again, twice at
+    /// most (the server may reap an empty container between the two). Under a parent that
+    /// exists, one round trip: the create goes first, as Curator's
+    /// `creatingParentContainersIfNeeded` sends it.
     pub(crate) fn create_under_containers(
         &self,
         path: &str,
@@ -124,13 +126,16 @@ impl Client {
     ) -> Result<(String, Stat, SessionId)> {
         let acl = self.core.config.acl.clone();
         let parent = paths::parent(path).filter(|p| *p != "/");
-        let mut reaped = false;
+        let mut parents_made = 0;
         loop {
-            if let Some(parent) = parent {
-                self.ensure_lock_path(parent, &acl)?;
-            }
             match self.create_in_session(path, data, mode, &acl) {
-                Err(e) if e.is_no_node() && !reaped => reaped = true,
+                Err(e) if e.is_no_node() && parents_made < 2 => {
+                    let Some(parent) = parent else {
+                        return Err(e);
+                    };
+                    self.ensure_lock_path(parent, &acl)?;
+                    parents_made += 1;
+                }
                 created => return created,
             }
         }
