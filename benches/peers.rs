@@ -27,10 +27,10 @@ use std::time::Duration;
 use common::figures::*;
 use common::heap::{self, Counting};
 use common::shared_floor::SharedFloor;
+use common::target::{Ensemble, Target, Zk};
 use common::wire;
 use common::zkc::ZkcContenders;
 use common::*;
-use zk_recipes::testing::TestingServer;
 use zk_recipes::{Client, CreateMode, InterProcessMutex, Op};
 
 #[global_allocator]
@@ -38,7 +38,11 @@ static HEAP: Counting = Counting;
 
 fn main() {
     let args = args();
-    let server = server(&args);
+    let server = if args.ensemble {
+        Target::Three(Ensemble::start())
+    } else {
+        Target::One(server(&args))
+    };
     let connect = server.connect_string();
     let ns: Vec<usize> = if args.quick {
         vec![2, 8]
@@ -315,16 +319,23 @@ fn main() {
     }
     report(&rows);
     if !args.quick {
-        if let Err(e) = plot(&curve) {
+        // The ensemble's figures get a plot of their own.
+        let name = if args.ensemble {
+            "peers-ensemble.png"
+        } else {
+            "peers.png"
+        };
+        if let Err(e) = plot(&curve, &format!("{}/{name}", env!("CARGO_MANIFEST_DIR"))) {
             println!("no plot: {e}");
         }
     }
 }
 
-/// `benches/peers.png`: throughput and handoff latency against contenders, for ours, both
-/// peers and the herd lock.
+/// `benches/peers.png` (`peers-ensemble.png` with `--ensemble`): throughput and handoff latency
+/// against contenders, for ours, both peers and the herd lock.
 fn plot(
     curve: &[(usize, Figures, Figures, Figures, Figures)],
+    file: &str,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::style::{BLUE, GREEN, MAGENTA, RED};
     let pick = |f: fn(&(usize, Figures, Figures, Figures, Figures)) -> Figures,
@@ -345,7 +356,7 @@ fn plot(
         ]
     };
     plot_panels(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/peers.png"),
+        file,
         &[
             (
                 "acquisitions per second (hold 0)",
@@ -580,7 +591,7 @@ struct Footprint {
 /// `InterProcessMutex`), in heap (counted by the bench's allocator) and resident memory,
 /// divided by their number.
 fn footprint(
-    server: &TestingServer,
+    server: &impl Zk,
     client: &Client,
     other: &Client,
     held: usize,

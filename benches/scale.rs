@@ -22,12 +22,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::procs::*;
 use common::*;
 use zk_recipes::testing::{ServerOptions, TestingServer};
 use zk_recipes::{Client, InterProcessMutex};
@@ -204,43 +205,6 @@ struct Measured {
     jit_quiet: bool,
 }
 
-/// A worker process, its sessions connected and waiting for the word.
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl Worker {
-    fn start(peer: &Peer, connect: &str, path: &str, sessions: usize) -> Worker {
-        let mut child = peer
-            .command(connect, path, sessions)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("a worker process");
-        let stdin = child.stdin.take().expect("its stdin");
-        let lines = BufReader::new(child.stdout.take().expect("its stdout")).lines();
-        Worker {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn say(&mut self, word: &str) {
-        writeln!(self.stdin, "{word}").expect("tell a worker");
-        self.stdin.flush().expect("tell a worker");
-    }
-
-    fn next_line(&mut self) -> String {
-        match self.lines.next() {
-            Some(Ok(line)) => line,
-            other => panic!("a worker ended early: {other:?}"),
-        }
-    }
-}
-
 /// Runs `n` of `peer`'s contenders over as many processes as `PER_PROCESS` asks: `warm` (and
 /// for JVMs until their JIT is quiet), then the measured window `run_for`.
 fn measure(
@@ -262,7 +226,7 @@ fn measure(
     let mut workers: Vec<Worker> = (0..procs)
         .map(|i| {
             let sessions = n / procs + usize::from(i < n % procs);
-            Worker::start(peer, &connect, &path, sessions)
+            Worker::start(peer.command(&connect, &path, sessions))
         })
         .collect();
     for w in &mut workers {
@@ -341,69 +305,6 @@ fn measure(
     }
 }
 
-/// Waits until no worker JVM's JIT has compiled for 20 ms or more in a second, at most `most`;
-/// whether it got there.
-fn jit_quiet(workers: &[Worker], most: Duration) -> bool {
-    let until = Instant::now() + most;
-    let total = || -> f64 { workers.iter().map(|w| jit_ms(Some(w.child.id()))).sum() };
-    let mut last = total();
-    while Instant::now() < until {
-        thread::sleep(Duration::from_secs(1));
-        let now = total();
-        if now - last < 20.0 {
-            return true;
-        }
-        last = now;
-    }
-    false
-}
-
-/// The bytes the server has sent and received on its client port's connections, summed
-/// (`ss`'s `bytes_sent` and `bytes_received` of each socket whose local port is `port`).
-fn server_bytes(port: u16) -> (u64, u64) {
-    let out = Command::new("ss")
-        .args(["-tinH", "state", "established"])
-        .arg(format!("( sport = :{port} )"))
-        .output()
-        .expect("ss (apt-get install iproute2)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |name: &str| -> u64 {
-        text.split_whitespace()
-            .filter_map(|w| w.strip_prefix(name)?.parse::<u64>().ok())
-            .sum()
-    };
-    (field("bytes_sent:"), field("bytes_received:"))
-}
-
-/// A JVM's JIT compile time so far, in milliseconds (`jstat -compiler`), or 0.
-fn jit_ms(pid: Option<u32>) -> f64 {
-    let Some(pid) = pid else { return 0.0 };
-    let Ok(out) = Command::new("jstat")
-        .args(["-compiler", &pid.to_string()])
-        .output()
-    else {
-        return 0.0;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Columns: Compiled Failed Invalid Time FailedType FailedMethod; Time in seconds.
-    text.lines()
-        .nth(1)
-        .and_then(|l| l.split_whitespace().nth(3)?.parse::<f64>().ok())
-        .map_or(0.0, |secs| secs * 1000.0)
-}
-
-/// The machine's monotonic clock, in nanoseconds: one clock for every process (Java's
-/// `System.nanoTime` reads it too).
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A worker process of this binary: `ours|zkc connect path sessions` in `ZKR_SCALE_WORKER`.
 /// Connects its sessions, says `ready`; on `go` its contenders take the lock in turn; on
 /// `stop` they end, and it reports each hold (`hold <acquired> <released>`) and `done`.
@@ -420,23 +321,10 @@ fn worker(spec: &str) {
     if kind == "zkc" {
         return zkc_worker(&connect, &path, sessions);
     }
-    let clients: Vec<Client> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..sessions)
-            .map(|_| {
-                let connect = &connect;
-                scope.spawn(move || {
-                    Client::builder(connect)
-                        .session_timeout(Duration::from_secs(30))
-                        .connection_timeout(Duration::from_secs(60))
-                        .connect()
-                        .expect("connect")
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a connect"))
-            .collect()
+    let clients = connect_sessions(&connect, sessions, |connect| {
+        Client::builder(connect)
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(60))
     });
     let stdout = std::io::stdout();
     writeln!(stdout.lock(), "ready").expect("stdout");

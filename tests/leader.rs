@@ -477,3 +477,86 @@ fn a_latch_never_leads_on_a_node_another_session_put_at_its_path() {
     latch.close();
     let _ = admin.delete(&path);
 }
+
+/// The participant right behind the leader, whose listing showed the leader first, leads once
+/// the leader's node is deleted without listing the line again: no node can join ahead of it
+/// later (a new node's sequence is above every node's before it), so one round trip after the
+/// deletion (the check that its own node is its live session's) it leads. Shown by taking away
+/// the line's READ once it waits: it may no longer list the line, and leads anyway (before,
+/// it listed, was refused, and never led).
+#[test]
+fn the_participant_behind_a_leader_it_saw_first_leads_without_listing_the_line_again() {
+    let path = root("latch-after-the-head");
+    let (admin, a, b) = (client(), client(), client());
+    let first = LeaderLatch::new(&a, &path, "a").unwrap();
+    let _a_events = leading(&first);
+    let second = LeaderLatch::new(&b, &path, "b").unwrap();
+    second.start().unwrap();
+    // Waiting: in line, and watching the leader's node (the server says so; the refused
+    // listing below also goes over b's session, behind its watch).
+    let leader_node = first.participants().unwrap()[0].node.clone();
+    let b_session = format!("0x{:x}", b.session_id().unwrap().0);
+    wait_for(SOON, || {
+        watchers_of(&leader_node).contains(&b_session).then_some(())
+    })
+    .expect("the second never watched the first");
+    let no_read = [zk_recipes::acl::Acl::new(
+        zk_recipes::acl::Permission::CREATE
+            | zk_recipes::acl::Permission::DELETE
+            | zk_recipes::acl::Permission::WRITE
+            | zk_recipes::acl::Permission::ADMIN,
+        zk_recipes::acl::Id::new("world", "anyone"),
+    )];
+    admin.set_acl(&path, &no_read, None).unwrap();
+    assert!(
+        b.children(&path)
+            .unwrap_err()
+            .is_code(zk_recipes::ZkCode::NoAuth),
+        "the line may still be listed"
+    );
+    first.close();
+    let led = second.await_leadership(Duration::from_secs(10)).unwrap();
+    admin
+        .set_acl(&path, &zk_recipes::acl::open(), None)
+        .unwrap();
+    assert!(led, "the second did not lead without a listing");
+    assert!(second.lease().unwrap().check().is_ok());
+}
+
+/// Only the participant right behind the first skips its listing: one whose watched node left
+/// from the middle of the line (it was not first) lists the line again, watches the leader,
+/// and does not lead; it leads once the leader goes.
+#[test]
+fn a_participant_whose_watched_node_left_the_middle_of_the_line_lists_again_and_waits() {
+    let path = root("latch-middle-leaves");
+    let (a, m, b) = (client(), client(), client());
+    let first = LeaderLatch::new(&a, &path, "a").unwrap();
+    let _a_events = leading(&first);
+    let middle = LeaderLatch::new(&m, &path, "m").unwrap();
+    middle.start().unwrap();
+    let nodes = || -> Vec<String> {
+        first
+            .participants()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.node)
+            .collect()
+    };
+    wait_for(SOON, || (nodes().len() == 2).then_some(())).expect("the middle never joined");
+    let third = LeaderLatch::new(&b, &path, "b").unwrap();
+    third.start().unwrap();
+    let b_session = format!("0x{:x}", b.session_id().unwrap().0);
+    let watched_by_b = |node: &str| watchers_of(node).contains(&b_session);
+    let line = wait_for(SOON, || {
+        let line = nodes();
+        (line.len() == 3 && watched_by_b(&line[1])).then_some(line)
+    })
+    .expect("the third never watched the middle");
+    middle.close();
+    wait_for(SOON, || watched_by_b(&line[0]).then_some(()))
+        .expect("the third never came to watch the leader");
+    assert!(!third.has_leadership(), "the third leads behind the leader");
+    assert_eq!(third.leader().unwrap().unwrap().id, "a");
+    first.close();
+    assert!(third.await_leadership(SOON).unwrap());
+}

@@ -792,17 +792,40 @@ fn a_node_that_turns_up_under_a_lost_creates_name_after_the_search_looked_is_rem
     assert_eq!(client.session_id(), session, "it went with its session");
 }
 
+/// A server behind a proxy, an observer straight to it, a client through the proxy, and
+/// `path` made: the setting of the janitor's search tests.
+fn searching_at(path: &str) -> (Faulty, Client, Client) {
+    let f = faulty();
+    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
+    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
+    observer.ensure_path(path).unwrap();
+    (f, observer, client)
+}
+
+/// A node carrying `marker` lands under `path` on `client`'s session, as a lost create would
+/// late; the janitor must remove it.
+fn lands_and_is_removed(client: &Client, observer: &Client, path: &str, marker: &str, why: &str) {
+    let late = client
+        .create(
+            &format!("{path}/_c_{marker}-lock-"),
+            b"",
+            zk_recipes::CreateMode::EphemeralSequential,
+        )
+        .unwrap();
+    assert!(
+        wait_children(observer, path, SOON, <[String]>::is_empty),
+        "{late} stayed: {why}"
+    );
+}
+
 /// A search whose parent is gone (a container reaped, a barrier's path gone with its last
 /// member) watches for the parent's return while the create is recent: a node that lands under
 /// it once it is made again (a barrier's next round) is removed without waiting for a
 /// reconnect, which may be far off.
 #[test]
 fn a_search_whose_parent_went_is_woken_when_the_parent_is_made_again() {
-    let f = faulty();
-    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
-    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
     let path = "/search-parent-back";
-    observer.ensure_path(path).unwrap();
+    let (_f, observer, client) = searching_at(path);
     let session = client.session_id();
     client.testing_remove_marked_later(path, "0123-lost", Duration::ZERO);
     janitor_caught_up(&client, "/search-parent-back-scratch");
@@ -812,16 +835,12 @@ fn a_search_whose_parent_went_is_woken_when_the_parent_is_made_again() {
     observer
         .create(path, b"", zk_recipes::CreateMode::Persistent)
         .unwrap();
-    let late = client
-        .create(
-            &format!("{path}/_c_0123-lost-lock-"),
-            b"",
-            zk_recipes::CreateMode::EphemeralSequential,
-        )
-        .unwrap();
-    assert!(
-        wait_children(&observer, path, SOON, <[String]>::is_empty),
-        "{late} stayed"
+    lands_and_is_removed(
+        &client,
+        &observer,
+        path,
+        "0123-lost",
+        "no watch on the parent",
     );
     assert_eq!(client.session_id(), session, "no reconnect woke the search");
 }
@@ -831,11 +850,8 @@ fn a_search_whose_parent_went_is_woken_when_the_parent_is_made_again() {
 /// while the client was cut off first in the list, so the newest were dropped instead.
 #[test]
 fn past_the_most_armed_searches_the_oldest_are_dropped_not_the_newest() {
-    let f = faulty();
-    let observer = connect(&f.server.connect_string(), Duration::from_secs(10));
-    let client = connect(&f.proxy.connect_string(), Duration::from_secs(10));
     let path = "/too-many-searches";
-    observer.ensure_path(path).unwrap();
+    let (f, observer, client) = searching_at(path);
     for i in 0..1024 {
         client.testing_remove_marked_later(path, &format!("old-{i:04}-lost"), SOON * 4);
     }
@@ -847,15 +863,11 @@ fn past_the_most_armed_searches_the_oldest_are_dropped_not_the_newest() {
     f.proxy.heal();
     next_state(&sub, zk_recipes::ConnectionState::Reconnected);
     janitor_caught_up(&client, "/too-many-searches-scratch");
-    let late = client
-        .create(
-            &format!("{path}/_c_new-0000-lost-lock-"),
-            b"",
-            zk_recipes::CreateMode::EphemeralSequential,
-        )
-        .unwrap();
-    assert!(
-        wait_children(&observer, path, SOON, <[String]>::is_empty),
-        "{late} stayed: the newest search was dropped"
+    lands_and_is_removed(
+        &client,
+        &observer,
+        path,
+        "new-0000-lost",
+        "the newest search was dropped",
     );
 }

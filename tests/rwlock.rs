@@ -549,21 +549,6 @@ fn a_mutex_behind_a_writer_that_downgrades_waits_for_the_read() {
     waiting.join().unwrap();
 }
 
-/// The sessions the shared server says watch `path` (`wchp`).
-fn watchers_of(path: &str) -> Vec<String> {
-    let listing = server().four_letter("wchp").unwrap_or_default();
-    let mut out = Vec::new();
-    let mut inside = false;
-    for line in listing.lines() {
-        if !line.starts_with(char::is_whitespace) {
-            inside = line.trim() == path;
-        } else if inside {
-            out.push(line.trim().to_owned());
-        }
-    }
-    out
-}
-
 /// Fencing tokens grow with every exclusive holder, across a downgrade too: the downgraded
 /// read keeps its write's token, so the writer queued behind it (whose node is older than the
 /// read node) still holds a newer token than anything the downgraded holder showed.

@@ -5,9 +5,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use zk_recipes::testing::TestingServer;
 use zk_recipes::{Client, InterProcessMutex};
 
+use super::target::Zk;
 use super::{contend, cpu_of, pct, process_cpu, Kind};
 
 /// One configuration's figures for one client.
@@ -31,11 +31,12 @@ pub struct Figures {
 }
 
 /// Runs one measurement and adds the server's CPU per acquisition during it.
-pub fn on_server(server: &TestingServer, run: impl FnOnce() -> Figures) -> Figures {
-    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
-    let before = cpu_of(&pid);
+/// (For an ensemble, its members' CPU summed.)
+pub fn on_server(server: &impl Zk, run: impl FnOnce() -> Figures) -> Figures {
+    let cpu = || -> Duration { server.pids().iter().map(|p| cpu_of(&p.to_string())).sum() };
+    let before = cpu();
     let mut figures = run();
-    let used = cpu_of(&pid).saturating_sub(before);
+    let used = cpu().saturating_sub(before);
     figures.server_us_per_acq = used.as_secs_f64() * 1e6 / figures.acquisitions.max(1.0);
     figures
 }
@@ -97,18 +98,24 @@ pub fn median(v: &[Figures]) -> Figures {
 
 /// Rounds of our contended loop until one adds less than 20 ms of JIT compile time on the
 /// server (at most 30 rounds).
-pub fn warm_server(server: &TestingServer, clients: &[Client], quick: bool) -> String {
-    let Some(pid) = server.pid() else {
+/// (For an ensemble, its members' JIT time summed.)
+pub fn warm_server(server: &impl Zk, clients: &[Client], quick: bool) -> String {
+    let pids = server.pids();
+    if pids.is_empty() {
         return "no pid".into();
-    };
+    }
     let compile_secs = || -> Option<f64> {
-        let out = Command::new("jstat")
-            .args(["-compiler", &pid.to_string()])
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().nth(1)?;
-        line.split_whitespace().nth(3)?.parse().ok()
+        let mut total = 0.0;
+        for pid in &pids {
+            let out = Command::new("jstat")
+                .args(["-compiler", &pid.to_string()])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text.lines().nth(1)?;
+            total += line.split_whitespace().nth(3)?.parse::<f64>().ok()?;
+        }
+        Some(total)
     };
     let started = Instant::now();
     let mut last = compile_secs();

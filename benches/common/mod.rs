@@ -5,7 +5,9 @@
 pub mod driver;
 pub mod figures;
 pub mod heap;
+pub mod procs;
 pub mod shared_floor;
+pub mod target;
 pub mod turn;
 pub mod wire;
 pub mod zkc;
@@ -20,10 +22,12 @@ use zk_recipes::testing::{ServerOptions, TestingServer};
 use zk_recipes::Client;
 use zk_recipes::{InterProcessReadWriteLock, InterProcessSemaphoreMutex};
 
-/// Command-line flags every bench takes: `--quick` (CI smoke run), `--fsync`.
+/// Command-line flags every bench takes: `--quick` (CI smoke run), `--fsync`; and
+/// `--ensemble` (the benches that offer it: a three-member ensemble that fsyncs).
 pub struct Args {
     pub quick: bool,
     pub fsync: bool,
+    pub ensemble: bool,
 }
 
 /// Curator 5.4's jars (Debian's `libcurator-recipes-java`) and a logger that says nothing.
@@ -68,6 +72,7 @@ pub fn args() -> Args {
     Args {
         quick: args.iter().any(|a| a == "--quick") || std::env::var_os("ZKR_BENCH_QUICK").is_some(),
         fsync: args.iter().any(|a| a == "--fsync"),
+        ensemble: args.iter().any(|a| a == "--ensemble"),
     }
 }
 

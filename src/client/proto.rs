@@ -169,6 +169,19 @@ pub(crate) struct Names {
 }
 
 impl Names {
+    /// These names but `gone`.
+    pub fn without(&self, gone: &str) -> Names {
+        let mut out = Names {
+            text: String::with_capacity(self.text.len()),
+            ends: Vec::with_capacity(self.ends.len()),
+        };
+        for name in self.iter().filter(|n| *n != gone) {
+            out.text.push_str(name);
+            out.ends.push(out.text.len());
+        }
+        out
+    }
+
     /// The names, in the order the server sent them.
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());

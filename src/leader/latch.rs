@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use super::{LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
 use crate::client::token::SessionToken;
 use crate::lock::core::{pause, LockCore, OwnNode, WatchGuard, Woke};
-use crate::lock::names::sort_contenders;
+use crate::lock::names::{sort_contenders, Contender};
 use crate::lock::{Lease, LockOptions};
 use crate::{paths, Client, Error, Result};
 
@@ -236,6 +236,15 @@ impl Drop for LeaderLatch {
     }
 }
 
+/// True if, our node at `ours` in `contenders`, the deletion of the first makes us first
+/// without a listing: we are second; the first is no read/write lock's write node (a path
+/// shared with one, by mistake: it may downgrade, and its read node would then stand ahead
+/// of ours; the lock core's `sole_blocker` has the same exception); and our sequence is below
+/// the parent's overflow, so no later node sorts ahead of ours.
+fn after_the_head(contenders: &[Contender<'_>], ours: usize) -> bool {
+    ours == 1 && !contenders[0].is_writer() && contenders[1].nothing_later_sorts_ahead()
+}
+
 impl Inner {
     fn leads_with(&self, state: &State) -> bool {
         state
@@ -379,6 +388,13 @@ impl Inner {
                 self.set_leading(None);
                 paths::join(&self.core.path, contenders[ours - 1].name)
             };
+            // Right behind the first in this listing: once the node we watch is deleted, we are
+            // first, and need not list the line again to know it. No node can join ahead of
+            // ours later: the server gives a new node a sequence above every node's before it
+            // (the parent's child version, which only grows while our node keeps the parent).
+            // The claim still checks that our node is there and our live session's.
+            let after_head =
+                after_the_head(&contenders, ours).then(|| line.without(contenders[0].name));
             let bound = self.call_bound();
             let watching = client.with_deadline(bound).data_watch(&watched, &wake_tx);
             match watching {
@@ -424,6 +440,12 @@ impl Inner {
                     }
                     // A change in line, or back after a break: check again (and lead again if
                     // still first).
+                    Ok(Woke::Event(e))
+                        if e.kind == crate::WatchKind::Deleted && e.path == watched =>
+                    {
+                        first = after_head;
+                        break;
+                    }
                     Ok(Woke::Event(_) | Woke::Recheck) => break,
                     // Our node went with our session: enter the line again.
                     Err(_) => return false,
@@ -502,5 +524,35 @@ impl Inner {
             }
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decides(line: &[&str], ours: &str) -> bool {
+        let contenders = sort_contenders(line.iter());
+        let at = contenders.iter().position(|c| c.name == ours).unwrap();
+        after_the_head(&contenders, at)
+    }
+
+    #[test]
+    fn only_the_second_behind_a_plain_head_on_a_sound_sequence_skips_the_listing() {
+        let (a, b, c) = (
+            "_c_a-latch-0000000005",
+            "_c_b-latch-0000000007",
+            "_c_c-latch-0000000009",
+        );
+        assert!(decides(&[a, b, c], b));
+        assert!(!decides(&[a, b, c], c), "third in line");
+        assert!(!decides(&[a, b], a), "first in line");
+        // Behind a write node, which may downgrade.
+        assert!(!decides(&["_c_w-__WRIT__0000000005", b], b));
+        // Past the parent's sequence overflow, a later node may sort ahead.
+        assert!(!decides(
+            &[a, "_c_b-latch-2147483647"],
+            "_c_b-latch-2147483647"
+        ));
     }
 }

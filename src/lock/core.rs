@@ -805,6 +805,9 @@ impl LockCore {
                     index,
                     sole_blocker,
                 } => {
+                    // Not on a line whose parent's sequence has overflowed: a later node may
+                    // then sort ahead of ours.
+                    let sole_blocker = sole_blocker && contenders[ours].nothing_later_sorts_ahead();
                     let watched = paths::join(&self.path, contenders[index].name);
                     let client = self.client_until(deadline);
                     let set = if sole_blocker && self.options.fast_handoff {

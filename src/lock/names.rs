@@ -165,6 +165,21 @@ impl Contender<'_> {
     }
 }
 
+/// Below this, a node's sequence came from a parent whose child version had not overflowed, so
+/// every node made after it sorts after it. ZooKeeper stops counting a parent's child version
+/// at 2^31 − 1: past it, a create gets that suffix again, or (queued behind another) a
+/// negative one whose last ten digits read 2 147 483 648 and up, and a later node can sort
+/// ahead of an earlier one. Every such suffix reads at least this, or is no sequence at all.
+const SOUND_SEQUENCE: u32 = 1_000_000_000;
+
+impl Contender<'_> {
+    /// True if no node made after this one can sort ahead of it (see [`SOUND_SEQUENCE`]): the
+    /// condition for taking the deletion of the only node ahead as our turn, unlisted.
+    pub fn nothing_later_sorts_ahead(&self) -> bool {
+        self.sequence < SOUND_SEQUENCE
+    }
+}
+
 /// The contenders among `children`, in line order. Children without a sequence are not
 /// contenders and are left out.
 pub(crate) fn sort_contenders<'a, S>(
@@ -196,6 +211,28 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_sequence_below_the_overflow_vouches_that_nothing_later_sorts_ahead() {
+        let line = [
+            "_c_a-latch-0000000005",
+            "_c_b-latch-0999999999",
+            "_c_c-latch-2147483647",
+            "_c_d-latch--2147483648",
+        ];
+        let sorted = sort_contenders(line.iter());
+        let sound = |name: &str| {
+            sorted
+                .iter()
+                .find(|c| c.name == name)
+                .map(Contender::nothing_later_sorts_ahead)
+        };
+        assert_eq!(sound(line[0]), Some(true));
+        assert_eq!(sound(line[1]), Some(true));
+        assert_eq!(sound(line[2]), Some(false));
+        // A negative suffix past the overflow: not sound, or not a contender at all.
+        assert_ne!(sound(line[3]), Some(true));
+    }
     use proptest::prelude::*;
 
     proptest! {

@@ -366,3 +366,18 @@ pub fn lose_a_create_made_under_the_old_name(
         observer.close();
     })
 }
+
+/// The sessions the shared server says watch `path` (`wchp`).
+pub fn watchers_of(path: &str) -> Vec<String> {
+    let listing = server().four_letter("wchp").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in listing.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            inside = line.trim() == path;
+        } else if inside {
+            out.push(line.trim().to_owned());
+        }
+    }
+    out
+}
