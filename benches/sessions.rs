@@ -7,7 +7,7 @@
 //! how the reconnects spread (their p50 and p99 after the server answered again, and the most
 //! in any 100 ms: the peak connection rate the clients' jitter gives the server).
 //!
-//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100]`. Ours only so far.
+//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024]`. Ours only so far.
 
 mod common;
 
@@ -38,8 +38,15 @@ fn main() {
         None => vec![1, 100, 1000, 10_000],
     };
     init_logs();
+    // `--backlog N`: the server's listen queue (`clientPortListenBacklog`; ZooKeeper's default
+    // is the JVM's, 50).
+    let backlog = std::env::args().skip_while(|a| a != "--backlog").nth(1);
     let server = TestingServer::with_options(ServerOptions {
         max_session_timeout: Duration::from_secs(60),
+        config: backlog
+            .iter()
+            .map(|b| ("clientPortListenBacklog".to_owned(), b.clone()))
+            .collect(),
         ..ServerOptions::default()
     })
     .expect("start ZooKeeper (apt-get install zookeeper)");
