@@ -7,7 +7,8 @@
 //! how the reconnects spread (their p50 and p99 after the server answered again, and the most
 //! in any 100 ms: the peak connection rate the clients' jitter gives the server).
 //!
-//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024]`. Ours only so far.
+//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024]`. Ours beside
+//! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs).
 
 mod common;
 
@@ -51,8 +52,9 @@ fn main() {
     })
     .expect("start ZooKeeper (apt-get install zookeeper)");
     println!(
-        "{:>6} {:>10} {:>9} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
+        "{:>6} {:>5} {:>10} {:>9} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
         "N",
+        "client",
         "rss KB/s",
         "threads/s",
         "maps/s",
@@ -65,11 +67,16 @@ fn main() {
         "lost",
         "peak /100ms"
     );
-    for &n in &ns {
-        let m = measure(&server, n);
-        println!(
-            "{:>6} {:>10.1} {:>9.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
+    let mut peers = vec!["ours", "zkc"];
+    for (i, &n) in ns.iter().enumerate() {
+        // Alternated: the order rotates from one N to the next.
+        peers.rotate_left(usize::from(i > 0));
+        for &peer in &peers {
+            let m = measure(&server, n, peer);
+            println!(
+            "{:>6} {:>5} {:>10.1} {:>9.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
             n,
+            peer,
             m.rss_kb_per_session,
             m.threads_per_session,
             m.maps_per_session,
@@ -82,27 +89,28 @@ fn main() {
             m.lost,
             m.peak_per_100ms
         );
-        json(
-            "sessions",
-            &[
-                ("sessions", f(n as f64)),
-                ("client", s("ours")),
-                ("rss_kb_per_session", f(m.rss_kb_per_session)),
-                ("threads_per_session", f(m.threads_per_session)),
-                ("maps_per_session", f(m.maps_per_session)),
-                ("connect_ms", f(m.connect.as_secs_f64() * 1e3)),
-                ("server_sees_all_ms", f(m.server_sees.as_secs_f64() * 1e3)),
-                ("restart_ms", f(m.restart.as_secs_f64() * 1e3)),
-                ("all_back_ms", f(m.all_back.as_secs_f64() * 1e3)),
-                ("back_p50_ms", f(m.back_p50.as_secs_f64() * 1e3)),
-                ("back_p99_ms", f(m.back_p99.as_secs_f64() * 1e3)),
-                ("back", f(m.back as f64)),
-                ("lost", f(m.lost as f64)),
-                ("peak_reconnects_per_100ms", f(m.peak_per_100ms as f64)),
-            ],
-        );
-        assert_eq!(m.lost, 0, "sessions lost across a short restart");
-        assert_eq!(m.back, n, "not every session came back");
+            json(
+                "sessions",
+                &[
+                    ("sessions", f(n as f64)),
+                    ("client", s(peer)),
+                    ("rss_kb_per_session", f(m.rss_kb_per_session)),
+                    ("threads_per_session", f(m.threads_per_session)),
+                    ("maps_per_session", f(m.maps_per_session)),
+                    ("connect_ms", f(m.connect.as_secs_f64() * 1e3)),
+                    ("server_sees_all_ms", f(m.server_sees.as_secs_f64() * 1e3)),
+                    ("restart_ms", f(m.restart.as_secs_f64() * 1e3)),
+                    ("all_back_ms", f(m.all_back.as_secs_f64() * 1e3)),
+                    ("back_p50_ms", f(m.back_p50.as_secs_f64() * 1e3)),
+                    ("back_p99_ms", f(m.back_p99.as_secs_f64() * 1e3)),
+                    ("back", f(m.back as f64)),
+                    ("lost", f(m.lost as f64)),
+                    ("peak_reconnects_per_100ms", f(m.peak_per_100ms as f64)),
+                ],
+            );
+            assert_eq!(m.lost, 0, "sessions lost across a short restart");
+            assert_eq!(m.back, n, "not every session came back");
+        }
     }
 }
 
@@ -138,11 +146,11 @@ fn alive(server: &TestingServer) -> usize {
         .unwrap_or(0)
 }
 
-fn measure(server: &TestingServer, n: usize) -> Measured {
+fn measure(server: &TestingServer, n: usize, peer: &str) -> Measured {
     let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
     cmd.env(
         "ZKR_SESSIONS_WORKER",
-        format!("{} {n}", server.connect_string()),
+        format!("{} {n} {peer}", server.connect_string()),
     );
     let mut w = Worker::start(cmd);
     let base = w.next_line();
@@ -244,8 +252,8 @@ fn worker(spec: &str) {
         }
     }
     let mut parts = spec.split(' ');
-    let (connect, n) = match (parts.next(), parts.next()) {
-        (Some(c), Some(n)) => (c.to_owned(), n.parse::<usize>().expect("n")),
+    let (connect, n, peer) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(c), Some(n), Some(p)) => (c.to_owned(), n.parse::<usize>().expect("n"), p),
         _ => panic!("ZKR_SESSIONS_WORKER: {spec:?}"),
     };
     let stdout = std::io::stdout();
@@ -259,6 +267,9 @@ fn worker(spec: &str) {
     let mut stdin = std::io::stdin().lock().lines();
     if !matches!(stdin.next(), Some(Ok(l)) if l == "connect") {
         return;
+    }
+    if peer == "zkc" {
+        return zkc_worker(&connect, n, &say, &mut stdin);
     }
     let began = Instant::now();
     let per = n.div_ceil(CONNECTORS).max(1);
@@ -292,15 +303,9 @@ fn worker(spec: &str) {
         "connected {:.1} {rss} {threads} {maps}",
         took.as_secs_f64() * 1e3
     ));
-    let Some(Ok(line)) = stdin.next() else { return };
-    let answering_ns: u64 = line
-        .strip_prefix("answering ")
-        .and_then(|v| v.parse().ok())
-        .expect("answering <ns>");
-    // The instant the server answered again, on this process's clock.
-    let answering = Instant::now()
-        .checked_sub(Duration::from_nanos(now_ns().saturating_sub(answering_ns)))
-        .unwrap_or_else(Instant::now);
+    let Some(answering) = answering(&mut stdin) else {
+        return;
+    };
     let mut back: Vec<Option<Instant>> = vec![None; n];
     let mut lost = 0;
     let mut settled = 0;
@@ -329,6 +334,22 @@ fn worker(spec: &str) {
             thread::sleep(Duration::from_millis(2));
         }
     }
+    say(report_back(&back, lost, answering));
+    for c in &clients {
+        c.close();
+    }
+}
+
+/// Reads `answering <ns>` (the server answers again since that CLOCK_MONOTONIC instant) and
+/// returns that instant on this process's clock.
+fn answering(stdin: &mut impl Iterator<Item = std::io::Result<String>>) -> Option<Instant> {
+    let line = stdin.next()?.ok()?;
+    let ns: u64 = line.strip_prefix("answering ")?.parse().ok()?;
+    Instant::now().checked_sub(Duration::from_nanos(now_ns().saturating_sub(ns)))
+}
+
+/// `back <count> <lost> <ms after answering, per session back>...`
+fn report_back(back: &[Option<Instant>], lost: usize, answering: Instant) -> String {
     let times: Vec<String> = back
         .iter()
         .flatten()
@@ -341,8 +362,110 @@ fn worker(spec: &str) {
             format!("{ms:.1}")
         })
         .collect();
-    say(format!("back {} {lost} {}", times.len(), times.join(" ")));
-    for c in &clients {
-        c.close();
+    format!("back {} {lost} {}", times.len(), times.join(" "))
+}
+
+/// The `zookeeper-client` worker: its `n` sessions on one multi-thread runtime of two
+/// workers (an async client's way: no thread per session), connected 64 at a time; each
+/// session's state watched by a task of its own, which notes when it is `SyncConnected`
+/// again after having left it (and `Expired` as lost).
+fn zkc_worker(
+    connect: &str,
+    n: usize,
+    say: &impl Fn(String),
+    stdin: &mut impl Iterator<Item = std::io::Result<String>>,
+) {
+    use zookeeper_client::SessionState;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let began = Instant::now();
+    let clients: Vec<zookeeper_client::Client> = rt.block_on(async {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(CONNECTORS));
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (gate, connect) = (gate.clone(), connect.to_owned());
+                tokio::spawn(async move {
+                    let _turn = gate.acquire_owned().await.expect("gate");
+                    zookeeper_client::Client::connector()
+                        .with_session_timeout(SESSION)
+                        .with_connection_timeout(Duration::from_secs(120))
+                        .connect(&connect)
+                        .await
+                        .expect("zookeeper-client connect")
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(n);
+        for t in tasks {
+            out.push(t.await.expect("a connect"));
+        }
+        out
+    });
+    let took = began.elapsed();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Option<Instant>)>();
+    for (i, c) in clients.iter().enumerate() {
+        let mut state = c.state_watcher();
+        let tx = tx.clone();
+        rt.spawn(async move {
+            let mut left = false;
+            loop {
+                match state.changed().await {
+                    SessionState::SyncConnected if left => {
+                        let _ = tx.send((i, Some(Instant::now())));
+                        return;
+                    }
+                    SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
+                        let _ = tx.send((i, None));
+                        return;
+                    }
+                    SessionState::SyncConnected => {}
+                    _ => left = true,
+                }
+            }
+        });
     }
+    drop(tx);
+    let (rss, threads, maps) = rss_and_threads();
+    say(format!(
+        "connected {:.1} {rss} {threads} {maps}",
+        took.as_secs_f64() * 1e3
+    ));
+    let Some(answering) = answering(stdin) else {
+        return;
+    };
+    let mut back: Vec<Option<Instant>> = vec![None; n];
+    let mut lost = 0;
+    let until = Instant::now() + SESSION;
+    for _ in 0..n {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        match rx.recv_timeout(left) {
+            Ok((i, Some(at))) => back[i] = Some(at),
+            Ok((_, None)) => lost += 1,
+            Err(_) => break,
+        }
+    }
+    say(report_back(&back, lost, answering));
+    // Closed and waited for (bounded): a session left to expire would do so during the next
+    // configuration's measurement.
+    let mut watchers: Vec<_> = clients.iter().map(|c| c.state_watcher()).collect();
+    drop(clients);
+    rt.block_on(async {
+        let closed = async {
+            for w in &mut watchers {
+                while !matches!(
+                    w.peek_state(),
+                    SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+                ) {
+                    w.changed().await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(20), closed).await;
+    });
+    rt.shutdown_timeout(Duration::from_secs(5));
 }
