@@ -352,6 +352,12 @@ impl Error {
         }
     }
 
+    /// True if the request went out and its answer was lost (the connection broke, or the
+    /// deadline passed, while it was on its way): it may still be applied, even later.
+    pub(crate) fn answer_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLoss { .. } | Error::Timeout { .. })
+    }
+
     pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> Error {
         Error::Timeout {
             what: what.into(),

@@ -396,7 +396,7 @@ impl DistributedDoubleBarrier {
             // session, and only our session sends it, so the node is ours.
             Err(e) if e.is_node_exists() => client.exists(&path)?.map(|stat| stat.czxid),
             Err(e) => {
-                if matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. }) {
+                if e.answer_lost() {
                     if let Some(m) = self.own.lock().as_mut().filter(|m| m.path == path) {
                         m.lost = m.lost.saturating_add(1);
                     }

@@ -504,5 +504,5 @@ fn look_for_marked(client: &Client, chores: Vec<Chore>, current: Option<SessionI
 }
 
 fn again(e: &Error) -> bool {
-    matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. })
+    e.answer_lost()
 }

@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{LeadershipEvent, LeadershipPolicy, Participant, CLOSE_WAIT};
 use crate::client::token::SessionToken;
-use crate::lock::core::{pause, LockCore, OwnNode, WatchGuard, Woke};
+use crate::lock::core::{decide, pause, Decision, LockCore, MaxLeases, OwnNode, WatchGuard, Woke};
 use crate::lock::names::{sort_contenders, Contender};
 use crate::lock::{Lease, LockOptions};
 use crate::{paths, Client, Error, Result};
@@ -236,13 +236,17 @@ impl Drop for LeaderLatch {
     }
 }
 
-/// True if, our node at `ours` in `contenders`, the deletion of the first makes us first
-/// without a listing: we are second; the first is no read/write lock's write node (a path
-/// shared with one, by mistake: it may downgrade, and its read node would then stand ahead
-/// of ours; the lock core's `sole_blocker` has the same exception); and our sequence is below
-/// the parent's overflow, so no later node sorts ahead of ours.
+/// True if, our node at `ours` in `contenders`, the deletion of the node ahead makes us first
+/// without a listing: the lock core's fast handoff for one leader (`MaxLeases(1)`), with its
+/// exceptions (a write node ahead, which may downgrade; a parent's overflowed sequence).
 fn after_the_head(contenders: &[Contender<'_>], ours: usize) -> bool {
-    ours == 1 && !contenders[0].is_writer() && contenders[1].nothing_later_sorts_ahead()
+    matches!(
+        decide(&MaxLeases(1), contenders, ours),
+        Decision::Watch {
+            sole_blocker: true,
+            ..
+        }
+    )
 }
 
 impl Inner {

@@ -36,6 +36,22 @@ pub(crate) enum Decision {
     WaitForChange,
 }
 
+/// `rule`'s decision for our node at `ours`, with the guard every fast handoff needs: not on
+/// a line whose parent's sequence has overflowed, where a later node may sort ahead of ours
+/// (`Contender::nothing_later_sorts_ahead`). Every wait on a line decides through here.
+pub(crate) fn decide(rule: &dyn Rule, contenders: &[Contender], ours: usize) -> Decision {
+    match rule.decide(contenders, ours) {
+        Decision::Watch {
+            index,
+            sole_blocker,
+        } => Decision::Watch {
+            index,
+            sole_blocker: sole_blocker && contenders[ours].nothing_later_sorts_ahead(),
+        },
+        decision => decision,
+    }
+}
+
 /// A recipe's rule for "may I go".
 pub(crate) trait Rule {
     /// `contenders` sorted by sequence; ours at `ours`.
@@ -797,7 +813,7 @@ impl LockCore {
                     session_id: node.session,
                 });
             };
-            let (watched, sole_blocker) = match rule.decide(&contenders, ours) {
+            let (watched, sole_blocker) = match decide(rule, &contenders, ours) {
                 Decision::Go => return Ok(true),
                 _ if !wait => return Ok(false),
                 Decision::WaitForChange => (None, false),
@@ -805,9 +821,6 @@ impl LockCore {
                     index,
                     sole_blocker,
                 } => {
-                    // Not on a line whose parent's sequence has overflowed: a later node may
-                    // then sort ahead of ours.
-                    let sole_blocker = sole_blocker && contenders[ours].nothing_later_sorts_ahead();
                     let watched = paths::join(&self.path, contenders[index].name);
                     let client = self.client_until(deadline);
                     let set = if sole_blocker && self.options.fast_handoff {

@@ -479,7 +479,7 @@ impl Inner {
             // the look that follows decides.
             Err(e) if e.is_node_exists() => Ok(false),
             Err(e) => {
-                if protected && matches!(e, Error::ConnectionLoss { .. } | Error::Timeout { .. }) {
+                if protected && e.answer_lost() {
                     let mut state = self.state.lock();
                     if state.protected.as_ref().is_some_and(|(p, _)| p == target) {
                         state.lost = state.lost.saturating_add(1);
