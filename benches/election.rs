@@ -8,7 +8,12 @@
 //!   rounds is one process that stays, warm);
 //! - **crash**: the bench SIGKILLs it; timed from just before the kill. Its session ends only
 //!   when the server expires it: the session timeout after the server last heard from it,
-//!   rounded up to the server's next tick (ZooKeeper's `ExpiryQueue`).
+//!   rounded up to the server's next tick (ZooKeeper's `ExpiryQueue`). The bench reads that
+//!   last touch from the server's `cons` just before the kill and prints when the expiry was
+//!   due (`due ms`) and how long after it the node went (`after due`). The victim's process
+//!   starts at a random point of a tick and is killed at a random point of 2 s, so that the
+//!   tick's rounding and the last ping's age are a fair draw for each client (without it, the
+//!   round's fixed set-up gave each client the same draw every round).
 //!
 //! until the next leader's first vouched work: for ours, the moment its `Gained` listener finds
 //! the latch's lease valid (`Lease::check`); for Curator, its `isLeader` callback finding
@@ -105,7 +110,7 @@ fn main() {
         }
     }
     println!(
-        "{:>6} {:>8} {:>9} {:>12} {:>11} {:>12} {:>8} {:>10} {:>9}",
+        "{:>6} {:>8} {:>9} {:>12} {:>11} {:>12} {:>8} {:>10} {:>9} {:>8} {:>9}",
         "N",
         "client",
         "leave",
@@ -114,7 +119,9 @@ fn main() {
         "reaction µs",
         "rtt µs",
         "bound ms",
-        "touch ms"
+        "touch ms",
+        "due ms",
+        "after due"
     );
     let mut results: Vec<(&'static str, Leave, Measured)> = Vec::new();
     for r in 0..rounds {
@@ -136,7 +143,7 @@ fn main() {
                     Leave::Crash => (SESSION + TICK).as_secs_f64() * 1e3,
                 };
                 println!(
-                    "{:>6} {:>8} {:>9} {:>12.3} {:>11.3} {:>12.0} {:>8.0} {:>10.1} {:>9}",
+                    "{:>6} {:>8} {:>9} {:>12.3} {:>11.3} {:>12.0} {:>8.0} {:>10.1} {:>9} {:>8} {:>9}",
                     n,
                     peer.name(),
                     leave.name(),
@@ -145,8 +152,9 @@ fn main() {
                     m.reaction.as_secs_f64() * 1e6,
                     m.rtt.as_secs_f64() * 1e6,
                     bound,
-                    m.victim_touch
-                        .map_or("-".into(), |d| d.as_millis().to_string())
+                    m.victim_touch.map_or("-".into(), |(age, _)| format!("{age:.0}")),
+                    m.victim_touch.map_or("-".into(), |(_, due)| format!("{due:.0}")),
+                    m.after_due().map_or("-".into(), |d| format!("{d:.1}")),
                 );
                 json(
                     "election",
@@ -161,8 +169,13 @@ fn main() {
                         ("rtt_us", f(m.rtt.as_secs_f64() * 1e6)),
                         (
                             "victim_last_answered_ms_before_kill",
-                            f(m.victim_touch.map_or(-1.0, |d| d.as_secs_f64() * 1e3)),
+                            f(m.victim_touch.map_or(-1.0, |(age, _)| age)),
                         ),
+                        (
+                            "expiry_due_ms_after_kill",
+                            f(m.victim_touch.map_or(-1.0, |(_, due)| due)),
+                        ),
+                        ("deleted_ms_after_due", f(m.after_due().unwrap_or(-1.0))),
                         ("session_ms", f(SESSION.as_secs_f64() * 1e3)),
                         ("tick_ms", f(TICK.as_secs_f64() * 1e3)),
                         ("leaders", f(m.leaders as f64)),
@@ -209,6 +222,46 @@ fn main() {
                     ],
                 );
             }
+        }
+    }
+    // A crash's total, taken apart: the server had the victim's expiry due at its timeout
+    // after the last touch, rounded up to a tick; the client controls only how recent that
+    // touch was (its pings) and its reaction once the node goes.
+    for peer in &peers {
+        let crashes: Vec<&Measured> = results
+            .iter()
+            .filter(|(p, l, _)| *p == peer.name() && *l == Leave::Crash)
+            .map(|(_, _, m)| m)
+            .collect();
+        let mean = |f: &dyn Fn(&Measured) -> Option<f64>| -> Option<f64> {
+            let v: Vec<f64> = crashes.iter().filter_map(|m| f(m)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let session = SESSION.as_secs_f64() * 1e3;
+        if let (Some(age), Some(due), Some(after)) = (
+            mean(&|m| m.victim_touch.map(|(age, _)| age)),
+            mean(&|m| m.victim_touch.map(|(_, due)| due)),
+            mean(&|m| m.after_due()),
+        ) {
+            let rounding = due - (session - age);
+            println!(
+                "crash, {}: last touch {age:.0} ms before the kill, expiry due {due:.0} ms after it \
+                 (tick rounding {rounding:.0} ms), node deleted {after:.1} ms after due (means of {})",
+                peer.name(),
+                crashes.len()
+            );
+            json(
+                "election_crash_parts",
+                &[
+                    ("participants", f(n as f64)),
+                    ("client", s(peer.name())),
+                    ("rounds", f(crashes.len() as f64)),
+                    ("last_touch_ms_before_kill", f(age)),
+                    ("expiry_due_ms_after_kill", f(due)),
+                    ("tick_rounding_ms", f(rounding)),
+                    ("deleted_ms_after_due", f(after)),
+                ],
+            );
         }
     }
     for fleet in fleets {
@@ -331,8 +384,9 @@ impl Fleet {
 struct Measured {
     /// From the close (or the kill) to the next leader's first vouched work.
     handoff: Duration,
-    /// A crash's victim: how long before the kill the server had last answered its session.
-    victim_touch: Option<Duration>,
+    /// A crash's victim: how long before the kill the server had last answered its session,
+    /// and when, from the kill, the server had its expiry due (ms each).
+    victim_touch: Option<(f64, f64)>,
     /// From the close (or the kill) to the bench's own session hearing the victim's node
     /// deleted: the server's part (for a crash, the wait for the session's expiry).
     server_part: Duration,
@@ -345,6 +399,16 @@ struct Measured {
     /// Participants that said they lead once the victim left, before anyone else left (its
     /// successor alone: 1).
     leaders: usize,
+}
+
+impl Measured {
+    /// A crash's: from the server's due expiry of the victim's session to the bench hearing
+    /// its node deleted (the expiry thread's wake-up, the session's close through the
+    /// pipeline, the notification), in ms.
+    fn after_due(&self) -> Option<f64> {
+        self.victim_touch
+            .map(|(_, due)| self.server_part.as_secs_f64() * 1e3 - due)
+    }
 }
 
 /// What every round shares.
@@ -369,6 +433,14 @@ impl Round<'_> {
         );
         let connect = self.server.connect_string();
         let mut fresh = (leave == Leave::Crash).then(|| {
+            // The victim's session starts at a random point of the server's tick: its pings
+            // (and so its last one before the kill) would otherwise keep the phase this round's
+            // set-up gives them, which the previous crash round's expiry (on a tick) fixes, and
+            // a crash's total would carry that phase's rounding for one client and not the
+            // other. Not a wait for anything.
+            thread::sleep(Duration::from_millis(fastrand::u64(
+                0..TICK.as_millis().try_into().unwrap_or(1000),
+            )));
             let victim_id = self.next_id;
             self.next_id += 1;
             let mut w = Worker::start(peer.command(&connect, 1, &format!("victim{victim_id}")));
@@ -445,14 +517,30 @@ impl Round<'_> {
                 (before, Duration::from_nanos(after.saturating_sub(before)))
             }
             Leave::Crash => {
-                // How long before the kill the server last answered the victim's session (its
-                // `cons` line's `lresp`, the server's wall clock in ms): the session expires
-                // a timeout after the server last heard from it, rounded up to a tick.
-                victim_touch = last_touch_age(self.server, victim_sid.as_deref());
+                // The kill at a random point of the victim's pings (both clients ping at least
+                // every 1.33 s of a 4 s session): otherwise the round's fixed set-up kills
+                // each client at the same point of its ping cycle every round, and the last
+                // touch's age, which the expiry counts from, is that point, not a fair draw.
+                thread::sleep(Duration::from_millis(fastrand::u64(0..2000)));
+                // When the server last answered the victim's session (its `cons` line's
+                // `lresp`): the session expires a timeout after the server last heard from
+                // it, rounded up to a tick. Read again just after the kill, for an answer
+                // that went out between the two.
+                let before = last_touch(self.server, victim_sid.as_deref());
                 let t = now_ns();
                 // SAFETY: a signal to a child process this bench started and has not reaped.
                 let killed = unsafe { libc::kill(victim_pid as libc::pid_t, libc::SIGKILL) };
                 assert_eq!(killed, 0, "SIGKILL the victim");
+                let touch = before.max(last_touch(self.server, victim_sid.as_deref()));
+                victim_touch = touch.map(|lresp| {
+                    let kill_ms = t as f64 / 1e6;
+                    // When the server had the session's expiry due: its timeout after the
+                    // last touch, rounded up to the next whole tick (`ExpiryQueue::update`'s
+                    // `roundToNextInterval`, on the same clock).
+                    let (session, tick) = (SESSION.as_millis() as u64, TICK.as_millis() as u64);
+                    let due = ((lresp + session) / tick + 1) * tick;
+                    (kill_ms - lresp as f64, due as f64 - kill_ms)
+                });
                 (t, Duration::ZERO)
             }
         };
@@ -600,18 +688,18 @@ fn worker(spec: &str) {
     }
 }
 
-/// How long ago the server last answered session `sid` (hex, `0x…`), from its `cons` line's
+/// When the server last answered session `sid` (hex, `0x…`), from its `cons` line's
 /// `lresp`: ZooKeeper's elapsed-time clock in milliseconds, `System.nanoTime`, which on Linux
-/// is the CLOCK_MONOTONIC every process here reads.
-fn last_touch_age(server: &TestingServer, sid: Option<&str>) -> Option<Duration> {
+/// is the CLOCK_MONOTONIC every process here reads (`now_ns`). The server touched the session
+/// when that request arrived, within the same millisecond or so.
+fn last_touch(server: &TestingServer, sid: Option<&str>) -> Option<u64> {
     let sid = sid?;
     let cons = server.four_letter("cons").ok()?;
-    let now_ms = now_ns() / 1_000_000;
     let line = cons.lines().find(|l| l.contains(&format!("sid={sid},")))?;
     let lresp: u64 = line
         .split([',', ')'])
         .find_map(|f| f.strip_prefix("lresp="))?
         .parse()
         .ok()?;
-    Some(Duration::from_millis(now_ms.saturating_sub(lresp)))
+    Some(lresp)
 }

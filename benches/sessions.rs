@@ -8,7 +8,10 @@
 //! in any 100 ms: the peak connection rate the clients' jitter gives the server).
 //!
 //! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024]`. Ours beside
-//! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs).
+//! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs)
+//! and Apache Curator 5.4 (`benches/CuratorSessionsWorker.java`: a `CuratorFramework` per
+//! session in one JVM, its memory the whole JVM's growth, heap included, as a user's process
+//! would see it); Curator is skipped, saying why, without Java or Curator.
 
 mod common;
 
@@ -52,7 +55,7 @@ fn main() {
     })
     .expect("start ZooKeeper (apt-get install zookeeper)");
     println!(
-        "{:>6} {:>5} {:>10} {:>9} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
+        "{:>6} {:>7} {:>10} {:>9} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
         "N",
         "client",
         "rss KB/s",
@@ -68,13 +71,24 @@ fn main() {
         "peak /100ms"
     );
     let mut peers = vec!["ours", "zkc"];
+    let curator = match curator_driver("CuratorSessionsWorker") {
+        Ok(cp) => {
+            peers.push("curator");
+            Some(cp)
+        }
+        Err(why) => {
+            json("sessions", &[("curator_skipped", s(&why))]);
+            println!("Curator skipped: {why}");
+            None
+        }
+    };
     for (i, &n) in ns.iter().enumerate() {
         // Alternated: the order rotates from one N to the next.
         peers.rotate_left(usize::from(i > 0));
         for &peer in &peers {
-            let m = measure(&server, n, peer);
+            let m = measure(&server, n, peer, curator.as_deref());
             println!(
-            "{:>6} {:>5} {:>10.1} {:>9.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
+            "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
             n,
             peer,
             m.rss_kb_per_session,
@@ -146,12 +160,25 @@ fn alive(server: &TestingServer) -> usize {
         .unwrap_or(0)
 }
 
-fn measure(server: &TestingServer, n: usize, peer: &str) -> Measured {
-    let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
-    cmd.env(
-        "ZKR_SESSIONS_WORKER",
-        format!("{} {n} {peer}", server.connect_string()),
-    );
+fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) -> Measured {
+    let cmd = match (peer, curator) {
+        ("curator", Some(classpath)) => {
+            let mut cmd = Command::new("java");
+            cmd.args(["-cp", classpath, "CuratorSessionsWorker"])
+                .arg(server.connect_string())
+                .arg(n.to_string())
+                .arg(SESSION.as_millis().to_string());
+            cmd
+        }
+        _ => {
+            let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
+            cmd.env(
+                "ZKR_SESSIONS_WORKER",
+                format!("{} {n} {peer}", server.connect_string()),
+            );
+            cmd
+        }
+    };
     let mut w = Worker::start(cmd);
     let base = w.next_line();
     let started = now_ns();

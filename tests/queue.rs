@@ -597,3 +597,30 @@ fn a_waiting_take_wakes_when_a_held_item_is_released() {
         got.done().unwrap();
     });
 }
+
+/// A take whose transaction went out is answered, however short the caller's wait for an item:
+/// the wait bounds looking for one, not a removal already sent. With the answer slower than a
+/// look's least time (the proxy delays every byte 400 ms each way from the send on, against
+/// 250 ms), `take_once(0)` hands the item over; it said `OutcomeUnknown` (an item maybe gone
+/// unworked) on a loaded machine, with nothing lost on the wire.
+#[test]
+fn a_take_whose_transaction_answers_late_hands_the_item_over() {
+    let f = Arc::new(faulty());
+    let path = "/queue-late-answer";
+    let client = connect(&f.proxy.connect_string(), SOON);
+    let options = {
+        let f = f.clone();
+        QueueOptions::new().testing_before_take_write(move |_| {
+            f.proxy.delay(Duration::from_millis(400));
+        })
+    };
+    let queue = DistributedQueue::with_options(&client, path, options).unwrap();
+    queue.put(b"slow").unwrap();
+    let got = queue
+        .take_once(Duration::ZERO)
+        .unwrap()
+        .expect("the item was there");
+    assert_eq!(text(got.items()), ["slow"]);
+    f.proxy.heal();
+    assert!(queue.items().unwrap().is_empty());
+}

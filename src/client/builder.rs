@@ -77,7 +77,10 @@ impl ClientBuilder {
     }
 
     /// How long [`connect`](Self::connect) and every call wait for a connection before failing
-    /// (one connection attempt gets at most this, or the session timeout shared by the hosts).
+    /// (one connection attempt gets at most this, or a third of the session timeout shared by
+    /// the hosts). Within an attempt, a server that took the connection but does not answer
+    /// the connect request is left after 1 s (or twice what opening the connection took),
+    /// twice as long after each such attempt in a row.
     /// Default 15 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout;

@@ -567,7 +567,9 @@ impl QueueCore {
             // A take of this queue holds it, or is taking it.
             return Ok(None);
         };
-        let on = client.only_on(session);
+        // Without the look's deadline, as for a removal (`claim_item`): a lock create given up
+        // at it would land unseen, holding the item from others until a take removes it.
+        let on = self.lock.client.only_on(session);
         let made = self.made_again(&self.lock_path, || {
             on.create(&lock, &claim.data(), CreateMode::Ephemeral)
         });
@@ -650,7 +652,10 @@ impl QueueCore {
         if let Some(hook) = &self.before_take_write {
             hook(&node);
         }
-        let on = client.only_on(session);
+        // Without the look's deadline: that bounds looking for an item, not the answer to a
+        // removal already sent (given up at the deadline, it was reported as an outcome
+        // unknown, the item maybe gone unworked, with nothing lost on the wire).
+        let on = self.lock.client.only_on(session);
         match self.made_again(&self.lock_path, || on.multi(&ops)) {
             Ok(_) => {}
             // Locked by an at-least-once consumer, taken by another, or changed: not ours.
@@ -671,7 +676,7 @@ impl QueueCore {
             Err(
                 Error::ConnectionLoss { .. } | Error::Timeout { .. } | Error::SessionLost { .. },
             ) => {
-                if !matches!(self.is_ours(client, &claim), Ok(true)) {
+                if !matches!(self.is_ours(&self.lock.client, &claim), Ok(true)) {
                     // Not there (yet): the transaction may still land late (see
                     // `recipes/queue.md`), so the take cannot say the item is still queued.
                     return Err(Error::OutcomeUnknown { path: node });

@@ -9,6 +9,27 @@ use super::*;
 const FIRST_PAUSE: Duration = Duration::from_millis(20);
 /// ...up to this.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// How long a resumed session's connect request waits for its answer, the first time: a
+/// server that reads the request answers it at once (a standalone server revalidates the
+/// session in place). One that took the connection and says nothing is left for a fresh
+/// connection after this, twice as long after each such attempt in a row, never past the
+/// attempt's own bound (a third of the session timeout). Never shorter than twice what
+/// opening the connection took (a slow link), nor than three times what the last resumed
+/// session's connect answer took (a server known to be slow). ZooKeeper 3.8 keeps such
+/// connections after a restart: one it read before it loaded its database fails its close
+/// (`removeCnxn` on a database not there yet) and stays open, never answered; a whole attempt
+/// on each (10 s of a 30 s session) was the tail of every session's return in the sessions
+/// bench.
+///
+/// Only with one server to connect to: one host whose name has one address. On an ensemble
+/// the member left would still revalidate the session when it got to the request, making
+/// itself the session's owner after the client had moved on through another: the client's
+/// next write there fails as "session moved", and it reconnects again. There the attempt's
+/// own bound (its share of a third of the session timeout) stays the only one, as it does for
+/// a new session (whose create, left behind, would live a session timeout on the server). A
+/// load balancer's one address in front of several members cannot be told from one server:
+/// behind one, a request left after a second may cost that one more reconnect.
+const CONNECT_ANSWER_FIRST: Duration = Duration::from_secs(1);
 /// A client on a read-only server first asks the other members whether one serves
 /// read-write this soon after it attached, then twice as late each time, up to the most (the
 /// Java client's schedule).
@@ -384,10 +405,10 @@ impl Core {
             .as_ref()
             .map_or(self.config.session_timeout, |s| s.timeout);
         // Each host gets a third of its share of the session timeout, so that every host is
-        // tried at least three times before the session is gone. A silent host then cannot
-        // keep us from the others, and a restarting server, whose listen backlog takes our
-        // connection long before the server reads it, gets a fresh connection soon after it
-        // serves (a connection that sat in the backlog was seen unanswered for 10 s).
+        // tried at least three times before the session is gone: a silent host then cannot
+        // keep us from the others. Within it, the connect answer has a shorter bound of its
+        // own (`CONNECT_ANSWER_FIRST`): a restarting server can leave a connection it took
+        // open and unanswered.
         let per_attempt = self
             .config
             .connection_timeout
@@ -425,9 +446,23 @@ impl Core {
                 Err(e) => debug!("could not close lost session {}: {e}", old.id),
             }
         }
+        // One server behind one address: the only case for the connect answer's short bound
+        // (`CONNECT_ANSWER_FIRST`). The name is looked up here, and its one address dialed.
+        let mut target = target;
+        let mut one_address = target.addr.is_some();
+        if hosts == 1 && resume.is_some() && target.addr.is_none() {
+            if let Ok([only]) = resolve(&host.host, host.port, until).as_deref() {
+                target.addr = Some(*only);
+                one_address = true;
+            }
+        }
+        let dialed = Instant::now();
         let (mut stream, mut writer) = link::open(&target, &self.config.security, until, |s| {
             self.track_connecting(s)
         })?;
+        // The connection and TLS took round trips of this link: the connect answer is given
+        // at least twice that (a slow link is not a silent server).
+        let opened_in = dialed.elapsed();
         bound(writer.socket(), until)?;
         // On the lease clock: it may anchor the bound (see `clock`).
         let sent_at = clock::lease_now();
@@ -445,7 +480,40 @@ impl Core {
         // make that close a reset that loses the answer ("expired").
         writer.write_all(&request.encode())?;
         let mut reader = FrameReader::new();
-        let frame = reader.read_frame(&mut stream, Some(until))?;
+        // See `CONNECT_ANSWER_FIRST`.
+        let short = hosts == 1 && resume.is_some() && one_address;
+        let silent = self.unanswered.load(Ordering::SeqCst).min(8);
+        let answer_wait = CONNECT_ANSWER_FIRST
+            .max(opened_in.saturating_mul(2))
+            .max(Duration::from_micros(self.answer_took.load(Ordering::SeqCst)).saturating_mul(3))
+            .saturating_mul(1 << silent);
+        let asked = Instant::now();
+        let answer_by = if short {
+            until.min(asked + answer_wait)
+        } else {
+            until
+        };
+        bound(writer.socket(), answer_by)?;
+        let frame = match reader.read_frame(&mut stream, Some(answer_by)) {
+            Err(e) if conn::timed_out(&e) && answer_by < until => {
+                self.unanswered.fetch_add(1, Ordering::SeqCst);
+                // Closed now, not when the next dial replaces it.
+                writer.shutdown();
+                self.connecting.lock().take();
+                return Err(Dial::Failed(format!(
+                    "no answer to the connect request within {answer_wait:?}"
+                )));
+            }
+            answer => answer?,
+        };
+        if short {
+            self.unanswered.store(0, Ordering::SeqCst);
+            self.answer_took.store(
+                u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX),
+                Ordering::SeqCst,
+            );
+        }
+        bound(writer.socket(), until)?;
         // A server that will not make the session (a read-only one without local sessions
         // answers `NotReadOnly`) sends a bare reply header instead of a connect answer.
         if frame.len() == 16 {

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -171,6 +171,12 @@ pub(crate) struct Core {
     stopped: Receiver<()>,
     /// The socket of a handshake in progress, so that shutdown can cut it.
     connecting: Mutex<Option<Socket>>,
+    /// Resumed sessions' connect requests in a row that went unanswered within their short
+    /// bound (the next one is given twice as long: see `io::CONNECT_ANSWER_FIRST`).
+    unanswered: AtomicU32,
+    /// How long the last answered connect request took, in µs (a slow server's next connect
+    /// request is given longer).
+    answer_took: AtomicU64,
     /// What attempts to connect met that waiting does not mend (TLS, Kerberos with a
     /// server), per server: what `connect()` reports instead of a bare timeout, and the cause
     /// calls' errors and `Lost` events carry. Lock order: `status`, then this; never the
@@ -257,6 +263,8 @@ impl Core {
             stop: Mutex::new(Some(stop)),
             stopped,
             connecting: Mutex::new(None),
+            unanswered: AtomicU32::new(0),
+            answer_took: AtomicU64::new(0),
             unmended: Mutex::new(Unmended::default()),
             config_judged: std::sync::atomic::AtomicU64::new(0),
             hosts: Mutex::new(Hosts {

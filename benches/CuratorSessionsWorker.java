@@ -1,0 +1,143 @@
+// The sessions bench's Curator worker (benches/sessions.rs): `sessions` CuratorFramework
+// clients in one JVM, each its own session, the way a Curator user connects them. The protocol
+// on stdin/stdout is the Rust worker's:
+//   `base <rss KB> <threads> <maps>` at start (this process's, from /proc/self);
+//   `connect`: connects every client (64 at a time), then
+//     `connected <ms> <rss KB> <threads> <maps>`;
+//   `answering <ns>` (the server answers again since that System.nanoTime instant, which is
+//     the machine's CLOCK_MONOTONIC on Linux, the Rust side's clock): waits until every client
+//     is RECONNECTED or LOST (at most a session timeout), then
+//     `back <count> <lost> <ms after answering, per client back>...`;
+//   stdin closed: closes the clients and exits.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.state.ConnectionState;
+import org.apache.curator.retry.RetryNTimes;
+
+public class CuratorSessionsWorker {
+    static void say(String line) {
+        System.out.println(line);
+        System.out.flush();
+    }
+
+    /** `<rss KB> <threads> <maps>` of this process. */
+    static String usage() throws Exception {
+        long rss = 0;
+        long threads = 0;
+        for (String l : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (l.startsWith("VmRSS:")) {
+                rss = Long.parseLong(l.substring(6).trim().split("\\s+")[0]);
+            } else if (l.startsWith("Threads:")) {
+                threads = Long.parseLong(l.substring(8).trim());
+            }
+        }
+        long maps = Files.readAllLines(Paths.get("/proc/self/maps")).size();
+        return rss + " " + threads + " " + maps;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String connect = args[0];
+        int sessions = Integer.parseInt(args[1]);
+        int sessionMs = Integer.parseInt(args[2]);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        say("base " + usage());
+        if (!"connect".equals(in.readLine())) {
+            return;
+        }
+        // (client index, nanoTime or -1 for lost), once per client after the restart.
+        LinkedBlockingQueue<long[]> settled = new LinkedBlockingQueue<>();
+        long began = System.nanoTime();
+        ExecutorService pool = Executors.newFixedThreadPool(64);
+        List<Future<CuratorFramework>> connecting = new ArrayList<>();
+        for (int i = 0; i < sessions; i++) {
+            final int index = i;
+            connecting.add(pool.submit(() -> {
+                CuratorFramework c = CuratorFrameworkFactory.builder()
+                        .connectString(connect)
+                        .sessionTimeoutMs(sessionMs)
+                        .connectionTimeoutMs(120000)
+                        .retryPolicy(new RetryNTimes(3, 100))
+                        .build();
+                boolean[] left = new boolean[1];
+                c.getConnectionStateListenable().addListener((client, state) -> {
+                    if (state == ConnectionState.SUSPENDED) {
+                        left[0] = true;
+                    } else if (state == ConnectionState.RECONNECTED && left[0]) {
+                        left[0] = false;
+                        settled.add(new long[] {index, System.nanoTime()});
+                    } else if (state == ConnectionState.LOST) {
+                        settled.add(new long[] {index, -1});
+                    }
+                });
+                c.start();
+                if (!c.blockUntilConnected(120, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("no session within 120 s");
+                }
+                return c;
+            }));
+        }
+        List<CuratorFramework> clients = new ArrayList<>();
+        for (Future<CuratorFramework> f : connecting) {
+            clients.add(f.get());
+        }
+        pool.shutdown();
+        double took = (System.nanoTime() - began) / 1e6;
+        say(String.format("connected %.1f %s", took, usage()));
+        String line = in.readLine();
+        if (line == null || !line.startsWith("answering ")) {
+            return;
+        }
+        long answering = Long.parseLong(line.substring(10).trim());
+        long[] back = new long[sessions];
+        java.util.Arrays.fill(back, Long.MIN_VALUE);
+        int lost = 0;
+        int done = 0;
+        long until = System.nanoTime() + sessionMs * 1_000_000L;
+        while (done < sessions) {
+            long left = until - System.nanoTime();
+            if (left <= 0) {
+                break;
+            }
+            long[] e = settled.poll(left, TimeUnit.NANOSECONDS);
+            if (e == null) {
+                break;
+            }
+            int i = (int) e[0];
+            if (e[1] < 0) {
+                lost++;
+                done++;
+            } else if (back[i] == Long.MIN_VALUE) {
+                back[i] = e[1];
+                done++;
+            }
+        }
+        StringBuilder out = new StringBuilder();
+        int count = 0;
+        for (long at : back) {
+            if (at != Long.MIN_VALUE) {
+                count++;
+                out.append(String.format(" %.1f", (at - answering) / 1e6));
+            }
+        }
+        say("back " + count + " " + lost + out);
+        while (in.readLine() != null) {
+            // Until stdin closes.
+        }
+        for (CuratorFramework c : clients) {
+            c.close();
+        }
+    }
+}
