@@ -1,9 +1,9 @@
 // The sessions bench's Curator worker (benches/sessions.rs): `sessions` CuratorFramework
 // clients in one JVM, each its own session, the way a Curator user connects them. The protocol
 // on stdin/stdout is the Rust worker's:
-//   `base <rss KB> <threads> <maps>` at start (this process's, from /proc/self);
+//   `base <rss KB> <threads> <maps> <open files>` at start (this process's, from /proc/self);
 //   `connect`: connects every client (64 at a time), then
-//     `connected <ms> <rss KB> <threads> <maps>`;
+//     `connected <ms> <rss KB> <threads> <maps> <open files>`;
 //   `answering <ns>` (the server answers again since that System.nanoTime instant, which is
 //     the machine's CLOCK_MONOTONIC on Linux, the Rust side's clock): waits until every client
 //     is RECONNECTED or LOST (at most a session timeout), then
@@ -33,7 +33,7 @@ public class CuratorSessionsWorker {
         System.out.flush();
     }
 
-    /** `<rss KB> <threads> <maps>` of this process. */
+    /** `<rss KB> <threads> <maps> <open files>` of this process. */
     static String usage() throws Exception {
         long rss = 0;
         long threads = 0;
@@ -45,7 +45,8 @@ public class CuratorSessionsWorker {
             }
         }
         long maps = Files.readAllLines(Paths.get("/proc/self/maps")).size();
-        return rss + " " + threads + " " + maps;
+        String[] fds = new java.io.File("/proc/self/fd").list();
+        return rss + " " + threads + " " + maps + " " + (fds == null ? 0 : fds.length);
     }
 
     public static void main(String[] args) throws Exception {

@@ -7,7 +7,20 @@
 //! how the reconnects spread (their p50 and p99 after the server answered again, and the most
 //! in any 100 ms: the peak connection rate the clients' jitter gives the server).
 //!
-//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024]`. Ours beside
+//! With `--ensemble`, the same on three members (the sessions spread over them by each client's
+//! own choice of host): the leader is killed, and the sessions' return is timed from the
+//! moment a new leader serves (the election's time reported beside it); the old leader is then
+//! started again and joins as a follower.
+//!
+//! 10 000 sessions of ours or Curator's need more memory mappings than Linux's default
+//! `vm.max_map_count` (65 530) allows one process (a thread takes four: stack, guard, signal
+//! stack, guard), and more open files than many machines' limit (ours two per session: the
+//! socket and its epoll descriptor; Curator's three): an N that does not fit is skipped,
+//! saying so, unless `--raise-limits` (as root) raises both for the run (the mappings' limit
+//! put back after), as an operator running that many sessions in one process must.
+//!
+//! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024] [-- --ensemble]
+//! [-- --raise-limits] [-- --clients ours,zkc]`. Ours beside
 //! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs)
 //! and Apache Curator 5.4 (`benches/CuratorSessionsWorker.java`: a `CuratorFramework` per
 //! session in one JVM, its memory the whole JVM's growth, heap included, as a user's process
@@ -22,13 +35,203 @@ use std::time::{Duration, Instant};
 
 use common::procs::*;
 use common::*;
-use zk_recipes::testing::{ServerOptions, TestingServer};
+use zk_recipes::testing::{ServerOptions, TestingCluster, TestingServer};
 use zk_recipes::{Client, ConnectionState};
 
 /// Every session's timeout: long enough to ride out the restart.
 const SESSION: Duration = Duration::from_secs(30);
 /// Threads connecting sessions at once in a worker.
 const CONNECTORS: usize = 64;
+/// Memory mappings a session may take (ours 8.0, Curator's 8.0–9.4 measured), and a process's
+/// own beside them: what `vm.max_map_count` must allow for N sessions in one process.
+const MAPS_PER_SESSION: usize = 10;
+const MAPS_OF_A_PROCESS: usize = 2_000;
+/// Where Linux keeps its limit on a process's memory mappings.
+const MAX_MAP_COUNT: &str = "/proc/sys/vm/max_map_count";
+/// Open files a client's session takes (measured: the bench's `files/s` column): ours 2 (the
+/// socket and its epoll descriptor), `zookeeper-client` 1, Curator 3 (the socket, its
+/// selector's epoll and wake-up descriptors); and a process's own beside them.
+fn files_per_session(client: &str) -> u64 {
+    match client {
+        "ours" => 2,
+        "zkc" => 1,
+        _ => 3,
+    }
+}
+const FILES_OF_A_PROCESS: u64 = 200;
+
+/// What the sessions connect to: one server, or three members, every one of them in the
+/// sessions' connect string (unlike the other benches' `common::target`, whose clients all
+/// talk to one follower).
+enum Servers {
+    One(TestingServer),
+    Three(TestingCluster),
+}
+
+/// A restart's times.
+struct Restart {
+    /// From the kill until the killed server (or member) serves again.
+    down: Duration,
+    /// From the kill until the ensemble had a leader again (an ensemble only).
+    election: Option<Duration>,
+    /// The instant (`CLOCK_MONOTONIC`, ns) the sessions' return is timed from: the server
+    /// answering again, or a new leader serving.
+    answering: u64,
+}
+
+impl Servers {
+    fn connect_string(&self) -> String {
+        match self {
+            Servers::One(s) => s.connect_string(),
+            Servers::Three(c) => c.connect_string(),
+        }
+    }
+
+    /// The servers' count of client connections (`mntr`), summed over the members.
+    fn alive(&self) -> usize {
+        let count = |t: std::io::Result<String>| -> usize {
+            t.ok()
+                .and_then(|t| {
+                    t.lines().find_map(|l| {
+                        l.strip_prefix("zk_num_alive_connections")
+                            .and_then(|v| v.trim().parse().ok())
+                    })
+                })
+                .unwrap_or(0)
+        };
+        match self {
+            Servers::One(s) => count(s.four_letter("mntr")),
+            Servers::Three(c) => (0..c.len()).map(|i| count(c.four_letter(i, "mntr"))).sum(),
+        }
+    }
+
+    /// The server killed and started again; or the ensemble's leader killed, a new leader
+    /// awaited, and the old one started again.
+    fn restart(&self) -> Restart {
+        let killed = Instant::now();
+        match self {
+            Servers::One(s) => {
+                s.restart().expect("restart the server");
+                Restart {
+                    down: killed.elapsed(),
+                    election: None,
+                    answering: now_ns(),
+                }
+            }
+            Servers::Three(c) => {
+                let leader = c.leader().expect("a leader before the kill");
+                // The time of day, to line up with the members' logs (`ZOOKEEPER_LOG_LEVEL`).
+                let day = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis()
+                    % 86_400_000;
+                println!(
+                    "leader (member {}) killed at {:02}:{:02}:{:02}.{:03} UTC",
+                    leader + 1,
+                    day / 3_600_000,
+                    day / 60_000 % 60,
+                    day / 1000 % 60,
+                    day % 1000
+                );
+                c.kill(leader);
+                // Polled (`srvr` every 50 ms): the server's own word on who leads.
+                c.wait_for_leader(Duration::from_secs(60))
+                    .expect("a new leader");
+                let answering = now_ns();
+                let election = killed.elapsed();
+                c.restart(leader).expect("the old leader back");
+                Restart {
+                    down: killed.elapsed(),
+                    election: Some(election),
+                    answering,
+                }
+            }
+        }
+    }
+}
+
+/// The limits N sessions in one process meet: `vm.max_map_count` and the open-file limit.
+/// Raised for the run with `--raise-limits`; the mappings' old limit put back when dropped.
+struct Limits {
+    maps_was: Option<usize>,
+}
+
+impl Limits {
+    fn maps() -> usize {
+        std::fs::read_to_string(MAX_MAP_COUNT)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(65_530)
+    }
+
+    /// This process's open-file limit (soft, hard); children inherit it.
+    fn files() -> (u64, u64) {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid rlimit to read into.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        (limit.rlim_cur, limit.rlim_max)
+    }
+
+    /// Whether `n` sessions of `client` fit in one process, raising the limits if allowed
+    /// to (the async client's threads are not per session: its mappings always fit).
+    fn fit(&mut self, n: usize, client: &str, raise: bool) -> Result<(), String> {
+        let maps = if client == "zkc" {
+            MAPS_OF_A_PROCESS
+        } else {
+            n * MAPS_PER_SESSION + MAPS_OF_A_PROCESS
+        };
+        let files = n as u64 * files_per_session(client) + FILES_OF_A_PROCESS;
+        let (have_maps, (_, have_files)) = (Self::maps(), Self::files());
+        if maps <= have_maps && files <= have_files {
+            return Ok(());
+        }
+        if !raise {
+            return Err(format!(
+                "{n} sessions of {client} need about {maps} memory mappings and {files} open \
+                 files; the limits are {have_maps} (vm.max_map_count) and {have_files} \
+                 (--raise-limits raises them for the run, as root)"
+            ));
+        }
+        if maps > have_maps {
+            std::fs::write(MAX_MAP_COUNT, maps.to_string())
+                .map_err(|e| format!("raising vm.max_map_count to {maps}: {e}"))?;
+            self.maps_was.get_or_insert(have_maps);
+            println!("vm.max_map_count raised from {have_maps} to {maps} for this run");
+        }
+        if files > have_files {
+            let limit = libc::rlimit {
+                rlim_cur: files,
+                rlim_max: files,
+            };
+            // SAFETY: a valid rlimit.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                return Err(format!(
+                    "{n} sessions of {client} need about {files} open files; the hard limit \
+                     is {have_files}, and raising it failed: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            println!(
+                "open-file limit raised from {have_files} to {files} (this process and its \
+                 children)"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Limits {
+    fn drop(&mut self) {
+        if let Some(was) = self.maps_was {
+            let _ = std::fs::write(MAX_MAP_COUNT, was.to_string());
+            println!("vm.max_map_count put back to {was}");
+        }
+    }
+}
 
 fn main() {
     if let Ok(spec) = std::env::var("ZKR_SESSIONS_WORKER") {
@@ -39,30 +242,58 @@ fn main() {
     let ns: Vec<usize> = match std::env::args().skip_while(|a| a != "--n").nth(1) {
         Some(list) => list.split(',').filter_map(|n| n.parse().ok()).collect(),
         None if args.quick => vec![1, 100],
-        None => vec![1, 100, 1000, 10_000],
+        None => vec![1, 100, 1000, 5000, 10_000],
     };
     init_logs();
     // `--backlog N`: the server's listen queue (`clientPortListenBacklog`; ZooKeeper's default
     // is the JVM's, 50).
     let backlog = std::env::args().skip_while(|a| a != "--backlog").nth(1);
-    let server = TestingServer::with_options(ServerOptions {
+    let options = ServerOptions {
         max_session_timeout: Duration::from_secs(60),
         config: backlog
             .iter()
             .map(|b| ("clientPortListenBacklog".to_owned(), b.clone()))
             .collect(),
         ..ServerOptions::default()
-    })
-    .expect("start ZooKeeper (apt-get install zookeeper)");
+    };
+    // An ensemble's members fsync every write, as users run them (item 3's ensemble too).
+    let servers = if args.ensemble {
+        let options = ServerOptions {
+            force_sync: true,
+            ..options
+        };
+        let cluster = TestingCluster::with_options(3, options)
+            .expect("start ZooKeeper (apt-get install zookeeper)");
+        cluster
+            .wait_for_leader(Duration::from_secs(60))
+            .expect("a leader");
+        Servers::Three(cluster)
+    } else {
+        Servers::One(
+            TestingServer::with_options(options)
+                .expect("start ZooKeeper (apt-get install zookeeper)"),
+        )
+    };
+    let what = if args.ensemble {
+        "ensemble"
+    } else {
+        "standalone"
+    };
+    let raise = std::env::args().any(|a| a == "--raise-limits");
+    let mut limits = Limits { maps_was: None };
+    // (N, client, every session back ms, resident KB per session), for the plot.
+    let mut curve: Vec<(usize, &str, f64, f64)> = Vec::new();
     println!(
-        "{:>6} {:>7} {:>10} {:>9} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
+        "{:>6} {:>7} {:>10} {:>9} {:>7} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
         "N",
         "client",
         "rss KB/s",
         "threads/s",
         "maps/s",
+        "files/s",
         "connect ms",
         "server ms",
+        "elect ms",
         "back ms",
         "p50 ms",
         "p99 ms",
@@ -82,20 +313,41 @@ fn main() {
             None
         }
     };
+    // `--clients ours,zkc`: only these (a look at one client's behaviour, not a comparison:
+    // no plot).
+    let only = std::env::args().skip_while(|a| a != "--clients").nth(1);
+    if let Some(only) = &only {
+        peers.retain(|p| only.split(',').any(|o| o == *p));
+    }
     for (i, &n) in ns.iter().enumerate() {
         // Alternated: the order rotates from one N to the next.
         peers.rotate_left(usize::from(i > 0));
         for &peer in &peers {
-            let m = measure(&server, n, peer, curator.as_deref());
+            if let Err(why) = limits.fit(n, peer, raise) {
+                println!("{n:>6} {peer:>7} skipped: {why}");
+                json(
+                    "sessions",
+                    &[
+                        ("sessions", f(n as f64)),
+                        ("target", s(what)),
+                        ("client", s(peer)),
+                        ("skipped", s(&why)),
+                    ],
+                );
+                continue;
+            }
+            let m = measure(&servers, n, peer, curator.as_deref());
             println!(
-            "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
+            "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
             n,
             peer,
             m.rss_kb_per_session,
             m.threads_per_session,
             m.maps_per_session,
+            m.files_per_session,
             m.connect.as_secs_f64() * 1e3,
             m.server_sees.as_secs_f64() * 1e3,
+            m.restart.election.map_or(f64::NAN, |e| e.as_secs_f64() * 1e3),
             m.all_back.as_secs_f64() * 1e3,
             m.back_p50.as_secs_f64() * 1e3,
             m.back_p99.as_secs_f64() * 1e3,
@@ -107,13 +359,21 @@ fn main() {
                 "sessions",
                 &[
                     ("sessions", f(n as f64)),
+                    ("target", s(what)),
                     ("client", s(peer)),
                     ("rss_kb_per_session", f(m.rss_kb_per_session)),
                     ("threads_per_session", f(m.threads_per_session)),
                     ("maps_per_session", f(m.maps_per_session)),
+                    ("files_per_session", f(m.files_per_session)),
                     ("connect_ms", f(m.connect.as_secs_f64() * 1e3)),
                     ("server_sees_all_ms", f(m.server_sees.as_secs_f64() * 1e3)),
-                    ("restart_ms", f(m.restart.as_secs_f64() * 1e3)),
+                    ("restart_ms", f(m.restart.down.as_secs_f64() * 1e3)),
+                    (
+                        "election_ms",
+                        f(m.restart
+                            .election
+                            .map_or(f64::NAN, |e| e.as_secs_f64() * 1e3)),
+                    ),
                     ("all_back_ms", f(m.all_back.as_secs_f64() * 1e3)),
                     ("back_p50_ms", f(m.back_p50.as_secs_f64() * 1e3)),
                     ("back_p99_ms", f(m.back_p99.as_secs_f64() * 1e3)),
@@ -124,19 +384,79 @@ fn main() {
             );
             assert_eq!(m.lost, 0, "sessions lost across a short restart");
             assert_eq!(m.back, n, "not every session came back");
+            curve.push((
+                n,
+                peer,
+                m.all_back.as_secs_f64() * 1e3,
+                m.rss_kb_per_session,
+            ));
         }
     }
+    // A whole run gets a plot (`benches/sessions.png`, `sessions-ensemble.png`).
+    if !args.quick && only.is_none() && curve.iter().any(|c| c.0 >= 1000) {
+        let name = format!(
+            "{}/sessions{}.png",
+            env!("CARGO_MANIFEST_DIR"),
+            if args.ensemble { "-ensemble" } else { "" }
+        );
+        match plot(&curve, &name, what) {
+            Ok(()) => println!("wrote {name}"),
+            Err(e) => println!("no plot: {e}"),
+        }
+    }
+}
+
+/// Every session's return after the restart, and the memory each costs, against N, for each
+/// client (N = 1 left out: a process's own first costs).
+fn plot(
+    curve: &[(usize, &str, f64, f64)],
+    file: &str,
+    what: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::style::{BLUE, GREEN, MAGENTA};
+    let line = |peer: &str, y: fn(&(usize, &str, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+        curve
+            .iter()
+            .filter(|c| c.1 == peer && c.0 > 1)
+            .map(|c| (c.0 as f64, y(c)))
+            .collect()
+    };
+    let lines = |y: fn(&(usize, &str, f64, f64)) -> f64| -> Vec<Line> {
+        vec![
+            ("zk-recipes".into(), BLUE, line("ours", y)),
+            ("zookeeper-client".into(), GREEN, line("zkc", y)),
+            ("Curator".into(), MAGENTA, line("curator", y)),
+        ]
+    };
+    let back = if what == "ensemble" {
+        "every session back after the leader's restart"
+    } else {
+        "every session back after the restart"
+    };
+    plot_panels(
+        file,
+        &[
+            (back, "sessions (N)", "ms", lines(|c| c.2)),
+            (
+                "resident memory per session",
+                "sessions (N)",
+                "KB",
+                lines(|c| c.3),
+            ),
+        ],
+    )
 }
 
 struct Measured {
     rss_kb_per_session: f64,
     threads_per_session: f64,
     maps_per_session: f64,
+    files_per_session: f64,
     connect: Duration,
     /// From the worker's start of connecting until the server counted every session.
     server_sees: Duration,
-    /// The server's downtime: killed, started, answering.
-    restart: Duration,
+    /// The restart's times.
+    restart: Restart,
     /// From the server answering again until the last session was back.
     all_back: Duration,
     back_p50: Duration,
@@ -146,21 +466,7 @@ struct Measured {
     peak_per_100ms: usize,
 }
 
-/// The server's count of client connections (`mntr`), the bench's own not among them.
-fn alive(server: &TestingServer) -> usize {
-    server
-        .four_letter("mntr")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("zk_num_alive_connections")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
-}
-
-fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) -> Measured {
+fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Measured {
     let cmd = match (peer, curator) {
         ("curator", Some(classpath)) => {
             let mut cmd = Command::new("java");
@@ -186,11 +492,14 @@ fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) 
     // The server's count, polled while the worker connects (a bench's design, not a wait for
     // an answer: `mntr` is the server's own view).
     let until = Instant::now() + Duration::from_secs(300);
-    while alive(server) < n {
+    while server.alive() < n {
         assert!(
             Instant::now() < until,
             "the server never counted {n} sessions"
         );
+        if let Ok(Some(status)) = w.child.try_wait() {
+            panic!("the {peer} worker ended while connecting ({status}): see its stderr");
+        }
         thread::sleep(Duration::from_millis(20));
     }
     let server_sees = Duration::from_nanos(now_ns() - started);
@@ -204,12 +513,11 @@ fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) 
     let rss_kb_per_session = (field(&connected, 2) - field(&base, 1)) / n as f64;
     let threads_per_session = (field(&connected, 3) - field(&base, 2)) / n as f64;
     let maps_per_session = (field(&connected, 4) - field(&base, 3)) / n as f64;
+    let files_per_session = (field(&connected, 5) - field(&base, 4)) / n as f64;
     let connect = Duration::from_secs_f64(field(&connected, 1) / 1e3);
-    // The restart: killed and started again, timed until it answers.
-    let down = Instant::now();
-    server.restart().expect("restart the server");
-    let restart = down.elapsed();
-    w.say(&format!("answering {}", now_ns()));
+    // The restart: killed and started again (or the leader killed and a new one serving).
+    let restart = server.restart();
+    w.say(&format!("answering {}", restart.answering));
     let back = w.next_line();
     w.close_stdin();
     let _ = w.child.wait();
@@ -232,6 +540,7 @@ fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) 
         rss_kb_per_session,
         threads_per_session,
         maps_per_session,
+        files_per_session,
         connect,
         server_sees,
         restart,
@@ -244,9 +553,9 @@ fn measure(server: &TestingServer, n: usize, peer: &str, curator: Option<&str>) 
     }
 }
 
-/// This process's resident memory (KB), threads and memory mappings, from /proc (the kernel
-/// allows a process `vm.max_map_count` mappings, 65 530 by default).
-fn rss_and_threads() -> (u64, u64, u64) {
+/// This process's resident memory (KB), threads, memory mappings and open files, from /proc
+/// (the kernel allows a process `vm.max_map_count` mappings, 65 530 by default).
+fn usage() -> (u64, u64, u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| -> u64 {
         status
@@ -256,13 +565,15 @@ fn rss_and_threads() -> (u64, u64, u64) {
             .unwrap_or(0)
     };
     let maps = std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count() as u64);
-    (field("VmRSS:"), field("Threads:"), maps)
+    let files = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    (field("VmRSS:"), field("Threads:"), maps, files)
 }
 
-/// A worker: `connect n` in `ZKR_SESSIONS_WORKER`. Says `base <rss KB> <threads> <maps>`; on
-/// `connect`, connects its sessions and says `connected <ms> <rss KB> <threads> <maps>`; on
-/// `answering <ns>` (the server is back, at that CLOCK_MONOTONIC instant), waits until every
-/// session is back or lost (at most a session timeout) and says
+/// A worker: `connect n` in `ZKR_SESSIONS_WORKER`. Says
+/// `base <rss KB> <threads> <maps> <files>`; on `connect`, connects its sessions and says
+/// `connected <ms> <rss KB> <threads> <maps> <files>`; on `answering <ns>` (the server is
+/// back, at that CLOCK_MONOTONIC instant), waits until every session is back or lost (at most
+/// a session timeout) and says
 /// `back <count> <lost> <ms after answering, per session back>...`.
 fn worker(spec: &str) {
     init_logs();
@@ -289,8 +600,8 @@ fn worker(spec: &str) {
         writeln!(out, "{line}").expect("stdout");
         out.flush().expect("stdout");
     };
-    let (rss, threads, maps) = rss_and_threads();
-    say(format!("base {rss} {threads} {maps}"));
+    let (rss, threads, maps, files) = usage();
+    say(format!("base {rss} {threads} {maps} {files}"));
     let mut stdin = std::io::stdin().lock().lines();
     if !matches!(stdin.next(), Some(Ok(l)) if l == "connect") {
         return;
@@ -325,9 +636,9 @@ fn worker(spec: &str) {
     });
     let took = began.elapsed();
     let subs: Vec<_> = clients.iter().map(Client::subscribe).collect();
-    let (rss, threads, maps) = rss_and_threads();
+    let (rss, threads, maps, files) = usage();
     say(format!(
-        "connected {:.1} {rss} {threads} {maps}",
+        "connected {:.1} {rss} {threads} {maps} {files}",
         took.as_secs_f64() * 1e3
     ));
     let Some(answering) = answering(&mut stdin) else {
@@ -455,9 +766,9 @@ fn zkc_worker(
         });
     }
     drop(tx);
-    let (rss, threads, maps) = rss_and_threads();
+    let (rss, threads, maps, files) = usage();
     say(format!(
-        "connected {:.1} {rss} {threads} {maps}",
+        "connected {:.1} {rss} {threads} {maps} {files}",
         took.as_secs_f64() * 1e3
     ));
     let Some(answering) = answering(stdin) else {

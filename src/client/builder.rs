@@ -401,7 +401,9 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// `BadArguments` for a bad connect string, namespace or timeout; `Timeout` when no session
-    /// was established in time (nothing listens, or the servers do not answer); `AuthFailed`
+    /// was established in time (nothing listens, or the servers do not answer), its message
+    /// naming what the last attempt met (a refusal, no answer, no descriptor left in this
+    /// process: `Too many open files`); `AuthFailed`
     /// when the server refused the credentials; `Tls` when TLS failed on every server (at
     /// once), or was the last failure waiting does not mend when the time ran out; `Kerberos`
     /// for this client's own Kerberos credentials (at once), or, as for `Tls`, Kerberos
@@ -438,13 +440,17 @@ impl ClientBuilder {
                     Some((_, why)) => return Err(Error::Tls(why)),
                     None => {}
                 }
-                return Err(Error::timeout(
-                    format!(
+                let what = match client.core().last_failure.lock().take() {
+                    Some(last) => format!(
+                        "a ZooKeeper session from {} (last attempt: {last})",
+                        self.connect_string
+                    ),
+                    None => format!(
                         "a ZooKeeper session from {} (is a server running there?)",
                         self.connect_string
                     ),
-                    connection_timeout,
-                ));
+                };
+                return Err(Error::timeout(what, connection_timeout));
             }
             Err(e) => return Err(e),
         }

@@ -190,6 +190,9 @@ impl Jvm {
             "-Dzookeeper.admin.enableServer=false",
             &format!("-Dorg.slf4j.simpleLogger.defaultLogLevel={level}"),
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            // The time of day (UTC on the machines we run), not milliseconds since the JVM
+            // started: members' and clients' logs line up.
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
         ])
         .args(props)
         .args(["-cp", classpath, main_class])

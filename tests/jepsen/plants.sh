@@ -37,11 +37,21 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/zkr-plants.XXXXXX")"
-trap 'rm -rf "$scratch"' EXIT
-tree="$scratch/tree"
-# The main build's target directory: the dependencies built for the tests are used again
-# (the planted copy of the crate, at another path, is a unit of its own, and is rebuilt).
+# The main build's target directory: the dependencies built for the tests are used again.
+# The planted copy of the crate is NOT a unit of its own there: cargo names a path package's
+# artifacts by its path within its workspace, the same for the copy, so the planted library
+# and its fingerprint replace the tree's, and the tree's sources, older, look built. Every
+# build after a plant linked the planted library until a source changed (CI's TLS, Kerberos,
+# demo and bench steps ran on it; found when a plant broke `tests/idle.rs` over TLS). So on
+# the way out the tree's sources are touched: the next build rebuilds them.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+restore() {
+  rm -rf "$scratch"
+  (cd "$root" && git ls-files -z --cached --others --exclude-standard -- src tests Cargo.toml \
+     | xargs -0 touch -c)
+}
+trap restore EXIT
+tree="$scratch/tree"
 
 echo "| plant | seed | first report | violation |"
 echo "|---|---|---|---|"

@@ -329,6 +329,9 @@ impl Core {
                         Dial::Expired | Dial::AuthFailed | Dial::Kerberos(_) => String::new(),
                     };
                     debug!("no connection to {host}: {why}");
+                    if !why.is_empty() {
+                        *self.last_failure.lock() = Some(format!("{host}: {why}"));
+                    }
                     failures += 1;
                     if failures as usize % hosts.len().max(1) == 0 {
                         // A whole round failed on a list that replaced the connect string's
