@@ -588,14 +588,48 @@ fn a_waiting_take_wakes_when_a_held_item_is_released() {
     let held = holder.take(SOON).unwrap().unwrap();
     thread::scope(|sc| {
         let wait = sc.spawn(|| waiter.take(SOON));
-        // The waiter has looked, found the item held, and waits on its watches.
-        wait_for(SOON, || (waiting.testing_watch_count() > 0).then_some(()))
+        // The waiter has looked, found the item held, and waits on its watches (the queue's
+        // children and the locks').
+        wait_for(SOON, || (waiting.testing_watch_count() >= 2).then_some(()))
             .expect("the waiter never waited");
         held.release();
         let got = wait.join().unwrap().unwrap().expect("woken by the release");
         assert_eq!(text(got.items()), ["one"]);
         got.done().unwrap();
     });
+}
+
+/// A take that found every item held and is about to watch the locks does not miss a release
+/// that lands before its watch: the listing that sets the watch shows the lock gone, and the
+/// take looks again rather than waiting for a change that already happened (it waited out its
+/// whole timeout: CI's full suite met this once, the release landing between the two watches).
+#[test]
+fn a_release_between_the_look_and_the_lock_watch_is_not_missed() {
+    let s = server();
+    let path = format!("{}/q", root("release-before-lock-watch"));
+    let holder = DistributedQueue::new(&connect(&s.connect_string(), SOON), &path).unwrap();
+    holder.put(b"one").unwrap();
+    let held = Arc::new(std::sync::Mutex::new(holder.take(SOON).unwrap()));
+    let releases = Arc::new(AtomicUsize::new(0));
+    let options = {
+        let (held, releases) = (held.clone(), releases.clone());
+        QueueOptions::new().testing_before_lock_watch(move |_| {
+            if let Some(taken) = held.lock().unwrap().take() {
+                taken.release();
+                releases.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let waiter =
+        DistributedQueue::with_options(&connect(&s.connect_string(), SOON), &path, options)
+            .unwrap();
+    let got = waiter
+        .take(SOON)
+        .unwrap()
+        .expect("the release before the lock watch was seen");
+    assert_eq!(releases.load(Ordering::SeqCst), 1, "released from the hook");
+    assert_eq!(text(got.items()), ["one"]);
+    got.done().unwrap();
 }
 
 /// A take whose transaction went out is answered, however short the caller's wait for an item:

@@ -28,6 +28,8 @@ pub struct QueueOptions {
     lock_path: Option<String>,
     #[cfg(feature = "testing")]
     before_take_write: Option<Hook>,
+    #[cfg(feature = "testing")]
+    before_lock_watch: Option<Hook>,
 }
 
 impl std::fmt::Debug for QueueOptions {
@@ -57,6 +59,15 @@ impl QueueOptions {
     #[doc(hidden)]
     pub fn testing_before_take_write(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.before_take_write = Some(Arc::new(f));
+        self
+    }
+
+    /// Test hook: runs when a take has found every item held, just before it watches the lock
+    /// path, with that path.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn testing_before_lock_watch(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.before_lock_watch = Some(Arc::new(f));
         self
     }
 }
@@ -234,6 +245,8 @@ struct QueueCore {
     rest: Mutex<std::collections::VecDeque<String>>,
     #[cfg(feature = "testing")]
     before_take_write: Option<Hook>,
+    #[cfg(feature = "testing")]
+    before_lock_watch: Option<Hook>,
 }
 
 impl<K: Kind> Queue<K> {
@@ -263,6 +276,8 @@ impl<K: Kind> Queue<K> {
                 rest: Mutex::default(),
                 #[cfg(feature = "testing")]
                 before_take_write: options.before_take_write,
+                #[cfg(feature = "testing")]
+                before_lock_watch: options.before_lock_watch,
             }),
             kind: PhantomData,
         })
@@ -484,6 +499,8 @@ impl QueueCore {
                     let (line, next) = self.order.line(children, epoch_ms(now));
                     let waiting_on_locks = !line.is_empty();
                     let mut line = std::collections::VecDeque::from(line);
+                    // The items passed over: held by someone, or not to be had now.
+                    let mut passed = Vec::new();
                     while let Some(name) = line.pop_front() {
                         match self.try_one(&client, &name, &take) {
                             Ok(Some(t)) => {
@@ -492,7 +509,7 @@ impl QueueCore {
                                 }
                                 return Ok(Some(t));
                             }
-                            Ok(None) => {}
+                            Ok(None) => passed.push(name),
                             Err(Error::ConnectionLoss { .. }) => break,
                             Err(Error::Timeout { .. }) => return Ok(None),
                             Err(e) => return Err(e),
@@ -502,12 +519,25 @@ impl QueueCore {
                     // A lock's going (a release, its holder's session ending) changes nothing
                     // in the queue itself: the lock path is watched too.
                     if waiting_on_locks {
-                        match client.children_watch(&self.lock_path, watching.tx()) {
-                            Ok(_) => watching.watching(&self.lock_path),
+                        #[cfg(feature = "testing")]
+                        if let Some(hook) = &self.before_lock_watch {
+                            hook(&self.lock_path);
+                        }
+                        let locks = match client.children_watch(&self.lock_path, watching.tx()) {
+                            Ok(locks) => {
+                                watching.watching(&self.lock_path);
+                                Some(locks)
+                            }
+                            // No lock path: no lock stands (nothing to watch there).
+                            Err(e) if e.is_no_node() => Some(Vec::new()),
                             Err(Error::Timeout { .. }) => return Ok(None),
-                            // No lock path, or a broken connection: nothing to watch there
-                            // (a look follows the next change or reconnection).
-                            Err(_) => {}
+                            // A broken connection: a look follows the reconnection.
+                            Err(_) => None,
+                        };
+                        // A lock gone between our try and this watch (a release, its holder's
+                        // session ending) fires nothing: look again now, not at the deadline.
+                        if locks.is_some_and(|locks| self.freed(&passed, &locks)) {
+                            wake = Instant::now();
                         }
                     }
                     // The next item's due time, on this machine's clock.
@@ -540,6 +570,20 @@ impl QueueCore {
             // Woken by a watch, the session's return, the next due time, or the deadline.
             watching.wait(wake)?;
         }
+    }
+
+    /// True if an item of `passed` has no lock in `locks` (the lock path's children) and
+    /// none of this queue's takes holds or is taking it: it may be had now. A malformed item
+    /// is never had.
+    fn freed(&self, passed: &[String], locks: &[String]) -> bool {
+        let locks: HashSet<&str> = locks.iter().map(String::as_str).collect();
+        let held = self.held.lock();
+        let corrupt = self.corrupt.lock();
+        passed.iter().any(|name| {
+            !locks.contains(name.as_str())
+                && !corrupt.contains(name)
+                && !held.contains(&paths::join(&self.lock.path, name))
+        })
     }
 
     /// `take` of the item `name`, unless it is one known malformed.
