@@ -105,6 +105,31 @@ impl Servers {
         }
     }
 
+    /// Each server process and the CPU it has spent so far (ms).
+    fn cpu(&self) -> Vec<(u32, f64)> {
+        let pids: Vec<u32> = match self {
+            Servers::One(s) => s.pid().into_iter().collect(),
+            Servers::Three(c) => (0..c.len()).filter_map(|i| c.pid(i)).collect(),
+        };
+        pids.into_iter().map(|p| (p, cpu_ms(p))).collect()
+    }
+
+    /// The CPU the servers spent since `was` (`cpu()`): the processes that lived through it;
+    /// a server process new since then (a restarted standalone server) counts from its start.
+    /// An ensemble's restarted member is left out (it starts after the new leader serves).
+    fn cpu_since(&self, was: &[(u32, f64)]) -> f64 {
+        let now = self.cpu();
+        let lived: Vec<f64> = now
+            .iter()
+            .filter_map(|(p, c)| was.iter().find(|(q, _)| q == p).map(|(_, w)| c - w))
+            .collect();
+        match self {
+            Servers::Three(_) => lived.iter().sum(),
+            Servers::One(_) if lived.is_empty() => now.iter().map(|(_, c)| c).sum(),
+            Servers::One(_) => lived.iter().sum(),
+        }
+    }
+
     /// The server killed and started again; or the ensemble's leader killed, a new leader
     /// awaited, and the old one started again.
     fn restart(&self) -> Restart {
@@ -238,6 +263,10 @@ fn main() {
         worker(&spec);
         return;
     }
+    // `--replot FILE`: the plot again from a run's printed record (its JSON lines).
+    if let Some(file) = std::env::args().skip_while(|a| a != "--replot").nth(1) {
+        return replot(&file);
+    }
     let args = args();
     let ns: Vec<usize> = match std::env::args().skip_while(|a| a != "--n").nth(1) {
         Some(list) => list.split(',').filter_map(|n| n.parse().ok()).collect(),
@@ -284,7 +313,7 @@ fn main() {
     // (N, client, every session back ms, resident KB per session), for the plot.
     let mut curve: Vec<(usize, &str, f64, f64)> = Vec::new();
     println!(
-        "{:>6} {:>7} {:>10} {:>9} {:>7} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11}",
+        "{:>6} {:>7} {:>10} {:>9} {:>7} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>11} {:>10} {:>10}",
         "N",
         "client",
         "rss KB/s",
@@ -299,7 +328,9 @@ fn main() {
         "p99 ms",
         "back",
         "lost",
-        "peak /100ms"
+        "peak /100ms",
+        "client cpu",
+        "server cpu"
     );
     let mut peers = vec!["ours", "zkc"];
     let curator = match curator_driver("CuratorSessionsWorker") {
@@ -338,7 +369,7 @@ fn main() {
             }
             let m = measure(&servers, n, peer, curator.as_deref());
             println!(
-            "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11}",
+            "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11} {:>10.0} {:>10.0}",
             n,
             peer,
             m.rss_kb_per_session,
@@ -353,7 +384,9 @@ fn main() {
             m.back_p99.as_secs_f64() * 1e3,
             m.back,
             m.lost,
-            m.peak_per_100ms
+            m.peak_per_100ms,
+            m.client_cpu,
+            m.server_cpu
         );
             json(
                 "sessions",
@@ -380,16 +413,26 @@ fn main() {
                     ("back", f(m.back as f64)),
                     ("lost", f(m.lost as f64)),
                     ("peak_reconnects_per_100ms", f(m.peak_per_100ms as f64)),
+                    ("client_cpu_ms", f(m.client_cpu)),
+                    ("server_cpu_ms", f(m.server_cpu)),
                 ],
             );
-            assert_eq!(m.lost, 0, "sessions lost across a short restart");
-            assert_eq!(m.back, n, "not every session came back");
-            curve.push((
-                n,
-                peer,
-                m.all_back.as_secs_f64() * 1e3,
-                m.rss_kb_per_session,
-            ));
+            // Ours must keep every session across a short restart; a peer that loses one is
+            // a finding to report (Curator's slowest sessions can outlast their timeout at
+            // 5 000 on two cores), not a failed bench.
+            if peer == "ours" {
+                assert_eq!(m.lost, 0, "sessions lost across a short restart");
+                assert_eq!(m.back, n, "not every session came back");
+            } else if m.lost > 0 || m.back + m.lost < n {
+                println!(
+                    "{n:>6} {peer:>7}: {} lost, {} not back within a session timeout",
+                    m.lost,
+                    n - (m.back + m.lost).min(n)
+                );
+            }
+            // On an ensemble the plot shows what a user waits: the election and the return.
+            let waited = m.restart.election.unwrap_or_default() + m.all_back;
+            curve.push((n, peer, waited.as_secs_f64() * 1e3, m.rss_kb_per_session));
         }
     }
     // A whole run gets a plot (`benches/sessions.png`, `sessions-ensemble.png`).
@@ -403,6 +446,49 @@ fn main() {
             Ok(()) => println!("wrote {name}"),
             Err(e) => println!("no plot: {e}"),
         }
+    }
+}
+
+/// Draws the plot of a run from its record (the `{"bench":"sessions",...}` lines it printed).
+fn replot(file: &str) {
+    let text = std::fs::read_to_string(file).expect("the run's record");
+    let mut what = "standalone".to_owned();
+    let mut curve: Vec<(usize, &'static str, f64, f64)> = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with(r#"{"bench":"sessions""#))
+    {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let num = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+        let (Some(n), Some(back), Some(rss)) = (
+            num("sessions"),
+            num("all_back_ms"),
+            num("rss_kb_per_session"),
+        ) else {
+            continue;
+        };
+        let client = match v.get("client").and_then(serde_json::Value::as_str) {
+            Some("ours") => "ours",
+            Some("zkc") => "zkc",
+            Some("curator") => "curator",
+            _ => continue,
+        };
+        if let Some(t) = v.get("target").and_then(serde_json::Value::as_str) {
+            what = t.to_owned();
+        }
+        let election = num("election_ms").filter(|e| e.is_finite()).unwrap_or(0.0);
+        curve.push((n as usize, client, back + election, rss));
+    }
+    let name = format!(
+        "{}/sessions{}.png",
+        env!("CARGO_MANIFEST_DIR"),
+        if what == "ensemble" { "-ensemble" } else { "" }
+    );
+    match plot(&curve, &name, &what) {
+        Ok(()) => println!("wrote {name}"),
+        Err(e) => println!("no plot: {e}"),
     }
 }
 
@@ -429,7 +515,7 @@ fn plot(
         ]
     };
     let back = if what == "ensemble" {
-        "every session back after the leader's restart"
+        "the leader killed: every session back"
     } else {
         "every session back after the restart"
     };
@@ -464,6 +550,12 @@ struct Measured {
     back: usize,
     lost: usize,
     peak_per_100ms: usize,
+    /// CPU the client's process spent from just before the kill until its last session was
+    /// back (ms, user and system).
+    client_cpu: f64,
+    /// CPU the servers spent over the same span: the members that lived through it (an
+    /// ensemble), or the restarted server since its start (standalone, its start included).
+    server_cpu: f64,
 }
 
 fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Measured {
@@ -516,9 +608,13 @@ fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Mea
     let files_per_session = (field(&connected, 5) - field(&base, 4)) / n as f64;
     let connect = Duration::from_secs_f64(field(&connected, 1) / 1e3);
     // The restart: killed and started again (or the leader killed and a new one serving).
+    let client_cpu_was = cpu_ms(w.child.id());
+    let members_were = server.cpu();
     let restart = server.restart();
     w.say(&format!("answering {}", restart.answering));
     let back = w.next_line();
+    let client_cpu = cpu_ms(w.child.id()) - client_cpu_was;
+    let server_cpu = server.cpu_since(&members_were);
     w.close_stdin();
     let _ = w.child.wait();
     // `back <count> <lost> <ms after answering, each> ...`
@@ -550,7 +646,27 @@ fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Mea
         back: count,
         lost,
         peak_per_100ms: peak,
+        client_cpu,
+        server_cpu,
     }
+}
+
+/// The CPU (user and system, ms) process `pid` has spent so far, from /proc (NaN if gone).
+fn cpu_ms(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // After the command's closing parenthesis: state (field 3), ..., utime (14), stime (15).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks * 1e3 / hz
 }
 
 /// This process's resident memory (KB), threads, memory mappings and open files, from /proc
@@ -669,7 +785,9 @@ fn worker(spec: &str) {
             }
         }
         if !any {
-            thread::sleep(Duration::from_millis(2));
+            // Each event carries its own instant: the pause only delays the report, and a
+            // short one would cost this process CPU the bench measures (`client cpu`).
+            thread::sleep(Duration::from_millis(20));
         }
     }
     say(report_back(&back, lost, answering));
