@@ -52,6 +52,10 @@ fn main() {
         worker(&spec);
         return;
     }
+    // `--replot FILE`: the plot again from a run's printed record (its JSON lines).
+    if let Some(file) = std::env::args().skip_while(|a| a != "--replot").nth(1) {
+        return replot(&file);
+    }
     let args = args();
     let flag = |name: &str| std::env::args().skip_while(|a| a != name).nth(1);
     let n: usize = flag("--n")
@@ -268,6 +272,109 @@ fn main() {
         fleet.stop();
     }
     admin.close();
+    if !args.quick {
+        let rows: Vec<Row> = results
+            .iter()
+            .map(|(p, l, m)| Row {
+                client: p,
+                crash: *l == Leave::Crash,
+                handoff_ms: m.handoff.as_secs_f64() * 1e3,
+                due_ms: m.victim_touch.map(|(_, due)| due),
+            })
+            .collect();
+        draw(&rows);
+    }
+}
+
+/// A round, for the plot.
+struct Row {
+    client: &'static str,
+    crash: bool,
+    handoff_ms: f64,
+    /// When the server had the crashed victim's expiry due, after the kill.
+    due_ms: Option<f64>,
+}
+
+/// `benches/election.png`: each round's handoff, graceful and after a crash (with the
+/// promised bound, the session timeout and a tick), and a crash's handoff past the victim's
+/// expiry due time (what the client adds to what the server decides), ours beside Curator.
+fn draw(rows: &[Row]) {
+    use plotters::style::{BLACK, BLUE, MAGENTA};
+    let series = |client: &str, crash: bool, y: fn(&Row) -> Option<f64>| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r.client == client && r.crash == crash)
+            .filter_map(y)
+            .enumerate()
+            .map(|(i, v)| ((i + 1) as f64, v))
+            .collect()
+    };
+    let both = |crash: bool, y: fn(&Row) -> Option<f64>| -> Vec<Line> {
+        vec![
+            ("zk-recipes".into(), BLUE, series("ours", crash, y)),
+            ("Curator".into(), MAGENTA, series("Curator", crash, y)),
+        ]
+    };
+    let mut crash = both(true, |r| Some(r.handoff_ms));
+    let rounds = crash.iter().map(|l| l.2.len()).max().unwrap_or(0);
+    let bound = (SESSION + TICK).as_secs_f64() * 1e3;
+    crash.push((
+        "bound: session + tick".into(),
+        BLACK,
+        (1..=rounds).map(|i| (i as f64, bound)).collect(),
+    ));
+    let name = format!("{}/election.png", env!("CARGO_MANIFEST_DIR"));
+    let drawn = plot_panels(
+        &name,
+        &[
+            (
+                "graceful close: handoff",
+                "round",
+                "ms",
+                both(false, |r| Some(r.handoff_ms)),
+            ),
+            ("crash (SIGKILL): handoff", "round", "ms", crash),
+            (
+                "crash: handoff past the expiry's due time",
+                "round",
+                "ms",
+                both(true, |r| r.due_ms.map(|due| r.handoff_ms - due)),
+            ),
+        ],
+    );
+    match drawn {
+        Ok(()) => println!("wrote {name}"),
+        Err(e) => println!("no plot: {e}"),
+    }
+}
+
+/// Draws the plot of a run from its record (the `{"bench":"election",...}` lines it printed).
+fn replot(file: &str) {
+    let text = std::fs::read_to_string(file).expect("the run's record");
+    let rows: Vec<Row> = text
+        .lines()
+        .filter(|l| l.starts_with(r#"{"bench":"election","#))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let client = match v.get("client")?.as_str()? {
+                "ours" => "ours",
+                "Curator" => "Curator",
+                _ => return None,
+            };
+            let crash = v.get("leave")?.as_str()? == "crash";
+            let handoff_ms = v.get("handoff_ms")?.as_f64()?;
+            let due_ms = v
+                .get("expiry_due_ms_after_kill")
+                .and_then(serde_json::Value::as_f64)
+                .filter(|d| *d >= 0.0);
+            Some(Row {
+                client,
+                crash,
+                handoff_ms,
+                due_ms,
+            })
+        })
+        .collect();
+    draw(&rows);
 }
 
 /// Whose participants a worker process runs.
