@@ -89,15 +89,16 @@ impl Servers {
 
     /// The servers' count of client connections (`mntr`), summed over the members.
     fn alive(&self) -> usize {
+        // `mntr` counts its own connection among them: one less per member that answered.
         let count = |t: std::io::Result<String>| -> usize {
             t.ok()
                 .and_then(|t| {
                     t.lines().find_map(|l| {
                         l.strip_prefix("zk_num_alive_connections")
-                            .and_then(|v| v.trim().parse().ok())
+                            .and_then(|v| v.trim().parse::<usize>().ok())
                     })
                 })
-                .unwrap_or(0)
+                .map_or(0, |n| n.saturating_sub(1))
         };
         match self {
             Servers::One(s) => count(s.four_letter("mntr")),
@@ -159,6 +160,8 @@ impl Servers {
                     day / 1000 % 60,
                     day % 1000
                 );
+                // Timed from the kill itself, not from the lookup of who led before it.
+                let killed = Instant::now();
                 c.kill(leader);
                 // Polled (`srvr` every 50 ms): the server's own word on who leads.
                 c.wait_for_leader(Duration::from_secs(60))
@@ -285,6 +288,25 @@ fn main() {
             .collect(),
         ..ServerOptions::default()
     };
+    let raise = std::env::args().any(|a| a == "--raise-limits");
+    // The open-file limit raised before the servers start, for the largest N (the servers
+    // inherit it: raised later, a member could not take every session); each client's fit is
+    // still checked, and reported, as it runs.
+    if raise {
+        let most = ns.iter().copied().max().unwrap_or(0) as u64;
+        let need = most * (files_per_session("curator") + 1) + FILES_OF_A_PROCESS;
+        let (_, hard) = Limits::files();
+        if need > hard {
+            let limit = libc::rlimit {
+                rlim_cur: need,
+                rlim_max: need,
+            };
+            // SAFETY: a valid rlimit.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+                println!("open-file limit raised from {hard} to {need} before the servers start");
+            }
+        }
+    }
     // An ensemble's members fsync every write, as users run them (item 3's ensemble too).
     let servers = if args.ensemble {
         let options = ServerOptions {
@@ -308,7 +330,6 @@ fn main() {
     } else {
         "standalone"
     };
-    let raise = std::env::args().any(|a| a == "--raise-limits");
     let mut limits = Limits { maps_was: None };
     // (N, client, every session back ms, resident KB per session), for the plot.
     let mut curve: Vec<(usize, &str, f64, f64)> = Vec::new();
@@ -349,6 +370,10 @@ fn main() {
     let only = std::env::args().skip_while(|a| a != "--clients").nth(1);
     if let Some(only) = &only {
         peers.retain(|p| only.split(',').any(|o| o == *p));
+    }
+    if peers.is_empty() {
+        println!("no client to run (--clients names ours, zkc or curator; Curator needs Java)");
+        return;
     }
     for (i, &n) in ns.iter().enumerate() {
         // Alternated: the order rotates from one N to the next.

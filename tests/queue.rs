@@ -632,6 +632,42 @@ fn a_release_between_the_look_and_the_lock_watch_is_not_missed() {
     got.done().unwrap();
 }
 
+/// A take waiting on an item that another take of the same queue object holds wakes when that
+/// take lets it go, also when its lock was already gone (its session ended, or someone deleted
+/// it): letting go then changes nothing at the server, so no watch would tell. It slept to its
+/// deadline (found by this stop's review; a release by another thread racing the look was the
+/// same gap).
+#[test]
+fn a_take_wakes_when_the_same_object_lets_go_of_an_item_whose_lock_was_gone() {
+    let s = server();
+    let path = format!("{}/q", root("same-object-let-go"));
+    let client = connect(&s.connect_string(), SOON);
+    let queue = DistributedQueue::new(&client, &path).unwrap();
+    queue.put(b"one").unwrap();
+    let held = queue.take(SOON).unwrap().expect("the item");
+    // Its lock goes behind its back (as with its session).
+    let other = connect(&s.connect_string(), SOON);
+    for lock in other.children(queue.lock_path()).unwrap() {
+        other
+            .delete(&format!("{}/{lock}", queue.lock_path()))
+            .unwrap();
+    }
+    thread::scope(|sc| {
+        let wait = sc.spawn(|| queue.take(SOON));
+        // The waiter passed over the item (held here) and waits on both watches.
+        wait_for(SOON, || (client.testing_watch_count() >= 2).then_some(()))
+            .expect("the waiter never waited");
+        held.release();
+        let got = wait
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("woken when the item was let go");
+        assert_eq!(text(got.items()), ["one"]);
+        got.done().unwrap();
+    });
+}
+
 /// A take whose transaction went out is answered, however short the caller's wait for an item:
 /// the wait bounds looking for one, not a removal already sent. With the answer slower than a
 /// look's least time (the proxy delays every byte 400 ms each way from the send on, against

@@ -68,6 +68,23 @@ impl Worker {
     }
 }
 
+/// A worker still running when its bench lets go of it (a panic, an early return) is told to
+/// end, given 10 s to close its sessions, then killed: none is left behind, retrying forever.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stdin = None;
+        let until = Instant::now() + Duration::from_secs(10);
+        while let Ok(None) = self.child.try_wait() {
+            if Instant::now() >= until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// Waits until no worker JVM's JIT has compiled for 20 ms or more in a second, at most `most`;
 /// whether it got there.
 pub fn jit_quiet(workers: &[Worker], most: Duration) -> bool {

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crossbeam_channel::Sender;
 use log::{debug, warn};
 use parking_lot::Mutex;
 
@@ -15,7 +16,8 @@ use crate::lock::core::LockCore;
 use crate::lock::watching::Watching;
 use crate::lock::MIN_ATTEMPT;
 use crate::{
-    paths, Client, CreateMode, Error, LockOptions, Op, OpResult, Result, SessionId, ZkCode,
+    paths, Client, CreateMode, Error, LockOptions, Op, OpResult, Result, SessionId, WatchEvent,
+    WatchKind, ZkCode,
 };
 
 /// A test's hook, run with a path.
@@ -237,8 +239,8 @@ struct QueueCore {
     lock: LockCore,
     lock_path: String,
     order: Order,
-    /// Item nodes this queue's takes hold now, or are taking.
-    held: Arc<Mutex<HashSet<String>>>,
+    /// Item nodes this queue's takes hold now, or are taking, and its takes waiting.
+    held: Arc<Held>,
     /// Item nodes whose data is not Curator's envelope: skipped from then on.
     corrupt: Mutex<HashSet<String>>,
     /// What the last listing held behind the item taken from it (first-in, first-out only).
@@ -489,6 +491,8 @@ impl QueueCore {
             }
         }
         let mut watching = Watching::new(&self.lock);
+        // Told of every item this object lets go from now on, before the first look.
+        let _waiting = self.held.wait_here(watching.tx());
         loop {
             let client = self.lock.client.with_deadline(looks);
             let mut wake = deadline;
@@ -577,7 +581,7 @@ impl QueueCore {
     /// is never had.
     fn freed(&self, passed: &[String], locks: &[String]) -> bool {
         let locks: HashSet<&str> = locks.iter().map(String::as_str).collect();
-        let held = self.held.lock();
+        let held = self.held.nodes.lock();
         let corrupt = self.corrupt.lock();
         passed.iter().any(|name| {
             !locks.contains(name.as_str())
@@ -800,6 +804,53 @@ fn token_of(data: &[u8]) -> Option<u64> {
     u64::from_str_radix(text, 16).ok()
 }
 
+/// The items a queue object's takes hold or are taking, and the channels of its takes waiting
+/// for one. An item let go wakes them: its lock's delete tells them through their watch, but
+/// not when the lock was gone already (its session ended, or it was deleted behind our back),
+/// nor a take that looked between the delete and the letting go.
+#[derive(Default)]
+struct Held {
+    nodes: Mutex<HashSet<String>>,
+    waiting: Mutex<Vec<Sender<WatchEvent>>>,
+}
+
+impl Held {
+    /// `node` no longer held here: every waiting take looks again.
+    fn let_go(&self, node: &str) {
+        self.nodes.lock().remove(node);
+        for tx in self.waiting.lock().iter() {
+            let _ = tx.send(WatchEvent {
+                kind: WatchKind::Deleted,
+                path: node.to_owned(),
+            });
+        }
+    }
+
+    /// Tells `tx` of every item let go until the returned guard is dropped.
+    fn wait_here(&self, tx: &Sender<WatchEvent>) -> Waiting<'_> {
+        self.waiting.lock().push(tx.clone());
+        Waiting {
+            held: self,
+            tx: tx.clone(),
+        }
+    }
+}
+
+/// A take waiting on its queue object's items ([`Held::wait_here`]).
+struct Waiting<'a> {
+    held: &'a Held,
+    tx: Sender<WatchEvent>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.held
+            .waiting
+            .lock()
+            .retain(|t| !t.same_channel(&self.tx));
+    }
+}
+
 /// One take of one item: the item reserved in its queue object's `held` (no other take of
 /// that object tries it meanwhile) and a token live in this process (its lock is never taken
 /// for stale). Dropped, it lets both go; [`unlock`](Self::unlock) deletes its lock first.
@@ -808,7 +859,7 @@ struct Claim {
     lock: String,
     session: SessionId,
     token: u64,
-    held: Arc<Mutex<HashSet<String>>>,
+    held: Arc<Held>,
     /// Kept for good: its lock's delete could not be confirmed (the client's janitor finishes
     /// it), so the item is not tried again by this queue object and the token stays live (the
     /// delete is by path: a lock made again at that path would go with it).
@@ -817,13 +868,8 @@ struct Claim {
 
 impl Claim {
     /// `None` if a take of this queue object holds or is taking `node`.
-    fn new(
-        held: &Arc<Mutex<HashSet<String>>>,
-        node: &str,
-        lock: &str,
-        session: SessionId,
-    ) -> Option<Claim> {
-        if !held.lock().insert(node.to_owned()) {
+    fn new(held: &Arc<Held>, node: &str, lock: &str, session: SessionId) -> Option<Claim> {
+        if !held.nodes.lock().insert(node.to_owned()) {
             return None;
         }
         let token = loop {
@@ -868,7 +914,7 @@ impl Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         if !self.kept {
-            self.held.lock().remove(&self.node);
+            self.held.let_go(&self.node);
             live().lock().remove(&self.token);
         }
     }

@@ -45,11 +45,22 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/zkr-plants.XXXXXX")"
 # demo and bench steps ran on it; found when a plant broke `tests/idle.rs` over TLS). So on
 # the way out the tree's sources are touched: the next build rebuilds them.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-restore() {
-  rm -rf "$scratch"
+# A marker stands while a planted library may be in the target directory: a run killed before
+# its trap (SIGKILL, a machine's timeout) leaves it, and the next run touches first.
+dirty="$CARGO_TARGET_DIR/plants/planted"
+touch_tree() {
   (cd "$root" && git ls-files -z --cached --others --exclude-standard -- src tests Cargo.toml \
-     | xargs -0 touch -c)
+     | xargs -0 -r touch -c)
 }
+restore() {
+  # The touch first, and nothing here may stop the trap before it (`set -e` ends a trap at
+  # its first failing command).
+  touch_tree || true
+  rm -f "$dirty" || true
+  rm -rf "$scratch" || true
+}
+[ -f "$dirty" ] && touch_tree
+mkdir -p "$(dirname "$dirty")" && : >"$dirty"
 trap restore EXIT
 tree="$scratch/tree"
 

@@ -241,6 +241,8 @@ impl Core {
                     failures = 0;
                     unmended_in_a_row = 0;
                     ever_connected = true;
+                    // A failure before this connection is no longer the last attempt's.
+                    *self.last_failure.lock() = None;
                     let served = self.serve(conn, hosts.clone());
                     // The next attempt goes to the server found serving read-write.
                     pinned = served.read_write;

@@ -182,8 +182,9 @@ pub(crate) struct Core {
     /// calls' errors and `Lost` events carry. Lock order: `status`, then this; never the
     /// reverse.
     pub unmended: Mutex<Unmended>,
-    /// The latest failed attempt to connect, `server: what it met` (a refusal, a timeout, no
-    /// descriptor left in this process, ...): what `connect()`'s timeout names.
+    /// The latest failed attempt to connect since the last connection, `server: what it met`
+    /// (a refusal, a timeout, no descriptor left in this process, ...): what `connect()`'s
+    /// timeout names.
     pub last_failure: Mutex<Option<String>>,
     /// The version of the latest ensemble configuration the janitor judged (followed or
     /// not), 0 before any: how a test knows the decision is made.
