@@ -668,6 +668,35 @@ fn a_take_wakes_when_the_same_object_lets_go_of_an_item_whose_lock_was_gone() {
     });
 }
 
+/// A take waiting on an item another process holds looks once and waits: its own failed tries
+/// (a claim let go because the lock stood) do not wake it (they did, and it looked again and
+/// again until its deadline, a round trip after another).
+#[test]
+fn a_take_waiting_on_an_item_held_elsewhere_looks_once() {
+    let s = server();
+    let path = format!("{}/q", root("held-elsewhere-looks-once"));
+    let holder = DistributedQueue::new(&connect(&s.connect_string(), SOON), &path).unwrap();
+    holder.put(b"one").unwrap();
+    let held = holder.take(SOON).unwrap().expect("the item");
+    let looks = Arc::new(AtomicUsize::new(0));
+    let options = {
+        let looks = looks.clone();
+        QueueOptions::new().testing_before_lock_watch(move |_| {
+            looks.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    let waiter =
+        DistributedQueue::with_options(&connect(&s.connect_string(), SOON), &path, options)
+            .unwrap();
+    assert!(waiter.take(Duration::from_secs(1)).unwrap().is_none());
+    assert_eq!(
+        looks.load(Ordering::SeqCst),
+        1,
+        "looked again with nothing changed"
+    );
+    held.release();
+}
+
 /// A take whose transaction went out is answered, however short the caller's wait for an item:
 /// the wait bounds looking for one, not a removal already sent. With the answer slower than a
 /// look's least time (the proxy delays every byte 400 ms each way from the send on, against

@@ -655,6 +655,8 @@ impl QueueCore {
             claim.unlock(&self.lock.client);
             return Ok(None);
         };
+        let mut claim = claim;
+        claim.handed = true;
         Ok(Some(Taken {
             client: self.lock.client.clone(),
             claim: Some(claim),
@@ -805,7 +807,8 @@ fn token_of(data: &[u8]) -> Option<u64> {
 }
 
 /// The items a queue object's takes hold or are taking, and the channels of its takes waiting
-/// for one. An item let go wakes them: its lock's delete tells them through their watch, but
+/// for one. An item handed out and let go wakes them: its lock's delete tells them through
+/// their watch, but
 /// not when the lock was gone already (its session ended, or it was deleted behind our back),
 /// nor a take that looked between the delete and the letting go.
 #[derive(Default)]
@@ -864,6 +867,10 @@ struct Claim {
     /// it), so the item is not tried again by this queue object and the token stays live (the
     /// delete is by path: a lock made again at that path would go with it).
     kept: bool,
+    /// Handed to the caller (a [`Taken`]): letting go wakes this object's waiting takes. A
+    /// try that failed held the item for no one, and waking on it would wake the take that
+    /// tried, which would try again at once.
+    handed: bool,
 }
 
 impl Claim {
@@ -885,6 +892,7 @@ impl Claim {
             token,
             held: held.clone(),
             kept: false,
+            handed: false,
         })
     }
 
@@ -914,7 +922,11 @@ impl Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         if !self.kept {
-            self.held.let_go(&self.node);
+            if self.handed {
+                self.held.let_go(&self.node);
+            } else {
+                self.held.nodes.lock().remove(&self.node);
+            }
             live().lock().remove(&self.token);
         }
     }
