@@ -611,7 +611,7 @@ impl QueueCore {
         };
         let node = paths::join(&self.lock.path, name);
         let lock = paths::join(&self.lock_path, name);
-        let Some(claim) = Claim::new(&self.held, &node, &lock, session) else {
+        let Some(mut claim) = Claim::new(&self.held, &node, &lock, session) else {
             // A take of this queue holds it, or is taking it.
             return Ok(None);
         };
@@ -651,12 +651,13 @@ impl QueueCore {
                 return Err(e);
             }
         };
+        // Handed to the caller from here (a malformed item, let go at once, wakes the
+        // waiting takes once; it is skipped from then on).
+        claim.handed = true;
         let Some(items) = self.decode(&node, name, &data) else {
             claim.unlock(&self.lock.client);
             return Ok(None);
         };
-        let mut claim = claim;
-        claim.handed = true;
         Ok(Some(Taken {
             client: self.lock.client.clone(),
             claim: Some(claim),
