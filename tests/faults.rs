@@ -171,7 +171,17 @@ fn session_valid_until_advances_with_answers_and_stops_while_black_holed() {
     // Requests and heartbeats go out, none is answered: the bound must not move.
     let _ = client.with_timeout(Duration::from_millis(200)).exists("/");
     let _ = client.with_timeout(Duration::from_millis(200)).exists("/");
-    assert_eq!(client.session_valid_until(), Some(frozen));
+    // Not later: the bound may only come earlier without an answer (each reading takes off the
+    // highest estimate yet of the time the machine spent suspended, and that estimate's
+    // reading noise only rises, by nanoseconds; `src/client/clock.rs`).
+    let now = client
+        .session_valid_until()
+        .expect("a bound while suspended");
+    assert!(
+        now <= frozen,
+        "the bound moved {:?} later with nothing answered",
+        now - frozen
+    );
     f.proxy.heal();
     next_state(&sub, Reconnected);
 }

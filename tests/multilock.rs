@@ -106,8 +106,20 @@ fn a_held_set_excludes_each_of_its_locks_and_is_lost_with_any_of_them() {
     let guard = multi.try_acquire_for(SOON).unwrap().unwrap();
     assert!(guard.is_held());
     guard.check().unwrap();
-    let bounds: Vec<_> = guard.leases().map(|l| l.valid_until().unwrap()).collect();
-    assert_eq!(guard.valid_until(), bounds.iter().min().copied());
+    // The set's bound is its earliest lease's. Each reading may differ from the last by an
+    // answer (later) or the clock's reading noise (earlier, nanoseconds), so the set's is read
+    // between two readings of its leases and compared against both.
+    let earliest = |g: &zk_recipes::lock::MultiLockGuard<'_>| {
+        g.leases().map(|l| l.valid_until().unwrap()).min().unwrap()
+    };
+    let before = earliest(&guard);
+    let set = guard.valid_until().unwrap();
+    let after = earliest(&guard);
+    let noise = Duration::from_millis(1);
+    assert!(
+        before - noise <= set && set <= after + noise,
+        "the set's bound {set:?} is not its earliest lease's ({before:?} .. {after:?})"
+    );
     let tokens = guard.fencing_tokens().unwrap();
     assert_eq!(tokens.len(), 3);
     let theirs = InterProcessMutex::new(&other, &a).unwrap();
