@@ -164,8 +164,12 @@ fn a_waiting_thread_reads_its_own_wake_up() {
             "over TLS the waiter's I/O thread woke only {woke} times over {HANDOFFS} handoffs"
         );
     } else {
+        // The hop this rules out wakes the I/O thread on every handoff (10). What is counted
+        // is voluntary context switches, which also count a block on a lock the waiter holds
+        // (preempted there on a loaded machine): 3 was seen once in a full suite (its cause
+        // not traced). Fewer than half the handoffs is no hop.
         assert!(
-            woke <= 2,
+            woke < HANDOFFS / 2,
             "the waiter's I/O thread woke {woke} times over {HANDOFFS} handoffs"
         );
     }
