@@ -1,7 +1,7 @@
 // The scale bench's Curator worker (benches/scale.rs): `sessions` Curator clients, each one
 // contender for one InterProcessMutex, the way a Curator user writes it. The protocol on
-// stdin/stdout is the Rust worker's: `ready` once connected; `go` starts the contenders; `stop`
-// ends them and prints each hold as `hold <acquired> <released>` (System.nanoTime, which on
+// stdin/stdout is the Rust worker's: `ready` once connected; `go` starts the contenders; `jit`
+// is answered with `jit <ms>`, the JVM's compile time so far; `stop` ends them and prints each hold as `hold <acquired> <released>` (System.nanoTime, which on
 // Linux is the machine's CLOCK_MONOTONIC, the clock of the Rust workers), then `done`.
 
 import java.io.BufferedReader;
@@ -81,7 +81,16 @@ public class CuratorScaleWorker {
             });
             threads[i].start();
         }
-        in.readLine(); // stop
+        // Until `stop`: `jit` asks for this JVM's compile time so far, in ms (the bench waits
+        // for it to be quiet before its window).
+        java.lang.management.CompilationMXBean jit =
+                java.lang.management.ManagementFactory.getCompilationMXBean();
+        for (String line = in.readLine(); line != null && !"stop".equals(line); line = in.readLine()) {
+            if ("jit".equals(line)) {
+                System.out.println("jit " + jit.getTotalCompilationTime());
+                System.out.flush();
+            }
+        }
         for (Thread t : threads) {
             t.interrupt();
         }

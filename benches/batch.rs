@@ -177,11 +177,6 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// A JSON field name built at run time.
-fn leak(name: String) -> &'static str {
-    Box::leak(name.into_boxed_str())
-}
-
 /// The p50 and the largest of `v`, in milliseconds (0 for none).
 fn p50_max_ms(v: &mut [Duration]) -> (f64, f64) {
     (pct(v, 0.5) / 1000.0, pct(v, 1.0) / 1000.0)

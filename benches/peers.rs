@@ -15,8 +15,9 @@
 //!   `zookeeper-client`: this process's, while only that client runs), and the server's CPU
 //!   per acquisition while each ran.
 //!
-//! `cargo bench --bench peers [-- --quick]`. Skips Curator, saying why, if Java or Curator is
-//! missing.
+//! `cargo bench --bench peers [-- --quick] [-- --ensemble [--on-leader]]`: with `--ensemble`
+//! on three members that fsync, every client on one follower (on the leader with
+//! `--on-leader`). Skips Curator, saying why, if Java or Curator is missing.
 
 mod common;
 
@@ -38,11 +39,23 @@ static HEAP: Counting = Counting;
 
 fn main() {
     let args = args();
+    assert!(
+        args.ensemble || !args.on_leader,
+        "--on-leader goes with --ensemble"
+    );
     let server = if args.ensemble {
-        Target::Three(Ensemble::start())
+        Target::Three(Ensemble::start(args.on_leader))
     } else {
         Target::One(server(&args))
     };
+    // What every line below was measured against.
+    let target = match (args.ensemble, args.on_leader) {
+        (true, true) => "ensemble, clients on the leader",
+        (true, false) => "ensemble, clients on a follower",
+        _ => "one server",
+    };
+    println!("target: {target}");
+    json("peers", &[("target", s(target))]);
     let connect = server.connect_string();
     let ns: Vec<usize> = if args.quick {
         vec![2, 8]
@@ -138,6 +151,8 @@ fn main() {
                         contend_ours(Kind::Mutex, &ours[..n], &format!("{dir}-ours"), block_for)
                     })),
                     1 => c.extend(curator.as_mut().map(|cur| {
+                        // Made first, as every client's path is (see `contend_ours`).
+                        ours[0].ensure_path(&format!("{dir}-cur")).expect("path");
                         on_server(&server, || {
                             cur.run("mutex", &format!("{dir}-cur"), n, block_for)
                         })
@@ -178,6 +193,7 @@ fn main() {
                     }));
                 } else {
                     c.extend(curator.as_mut().map(|cur| {
+                        ours[0].ensure_path(&format!("{dir}-cur")).expect("path");
                         on_server(&server, || {
                             cur.run(name, &format!("{dir}-cur"), n, block_for)
                         })
@@ -320,10 +336,10 @@ fn main() {
     report(&rows);
     if !args.quick {
         // The ensemble's figures get a plot of their own.
-        let name = if args.ensemble {
-            "peers-ensemble.png"
-        } else {
-            "peers.png"
+        let name = match (args.ensemble, args.on_leader) {
+            (true, true) => "peers-ensemble-leader.png",
+            (true, false) => "peers-ensemble.png",
+            _ => "peers.png",
         };
         if let Err(e) = plot(&curve, &format!("{}/{name}", env!("CARGO_MANIFEST_DIR"))) {
             println!("no plot: {e}");
@@ -331,7 +347,8 @@ fn main() {
     }
 }
 
-/// `benches/peers.png` (`peers-ensemble.png` with `--ensemble`): throughput and handoff latency
+/// `benches/peers.png` (`peers-ensemble.png` with `--ensemble`, `peers-ensemble-leader.png`
+/// with `--on-leader` too): throughput and handoff latency
 /// against contenders, for ours, both peers and the herd lock.
 fn plot(
     curve: &[(usize, Figures, Figures, Figures, Figures)],
@@ -479,11 +496,6 @@ fn report(rows: &[Row]) {
             );
         }
     }
-}
-
-/// A JSON field name built at run time.
-fn leak(name: String) -> &'static str {
-    Box::leak(name.into_boxed_str())
 }
 
 /// The release's figures of an uncontended row, as a row of their own.

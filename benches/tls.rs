@@ -299,8 +299,3 @@ fn report(rows: &[(String, [Option<Figures>; 5])]) {
          acquisition, while that client ran)"
     );
 }
-
-/// A JSON field name built at run time (the bench prints a few dozen).
-fn leak(name: String) -> &'static str {
-    Box::leak(name.into_boxed_str())
-}

@@ -23,11 +23,13 @@ use zk_recipes::Client;
 use zk_recipes::{InterProcessReadWriteLock, InterProcessSemaphoreMutex};
 
 /// Command-line flags every bench takes: `--quick` (CI smoke run), `--fsync`; and
-/// `--ensemble` (the benches that offer it: a three-member ensemble that fsyncs).
+/// `--ensemble` (the benches that offer it: a three-member ensemble that fsyncs), with
+/// `--on-leader` its clients on the leader rather than a follower.
 pub struct Args {
     pub quick: bool,
     pub fsync: bool,
     pub ensemble: bool,
+    pub on_leader: bool,
 }
 
 /// Curator 5.4's jars (Debian's `libcurator-recipes-java`) and a logger that says nothing.
@@ -73,6 +75,7 @@ pub fn args() -> Args {
         quick: args.iter().any(|a| a == "--quick") || std::env::var_os("ZKR_BENCH_QUICK").is_some(),
         fsync: args.iter().any(|a| a == "--fsync"),
         ensemble: args.iter().any(|a| a == "--ensemble"),
+        on_leader: args.iter().any(|a| a == "--on-leader"),
     }
 }
 
@@ -125,6 +128,11 @@ pub fn json(bench: &str, fields: &[(&str, String)]) {
         line.insert((*k).into(), value);
     }
     println!("{}", serde_json::Value::Object(line));
+}
+
+/// A JSON field name built at run time (a bench makes a few dozen).
+pub fn leak(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
 }
 
 /// A string as a JSON value.

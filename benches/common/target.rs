@@ -1,6 +1,8 @@
 //! What a bench measures against: the harness's single server, or (`--ensemble`) a real
 //! three-member ensemble that fsyncs every write, whose one follower every client of the run
-//! talks to (as most of an ensemble's clients do: writes go through it to the leader).
+//! talks to (as most of an ensemble's clients do: writes go through it to the leader), or with
+//! `--on-leader` the leader itself (no forwarding hop, and the leader's own CPU shared with its
+//! clients' connections).
 
 use zk_recipes::testing::{ServerOptions, TestingCluster, TestingServer};
 
@@ -26,15 +28,17 @@ impl Zk for TestingServer {
     }
 }
 
-/// A three-member ensemble with `forceSync=yes`, and the follower the clients talk to.
+/// A three-member ensemble with `forceSync=yes`, and the member the clients talk to.
 pub struct Ensemble {
     pub cluster: TestingCluster,
-    pub follower: usize,
+    /// The member every client of the run talks to: a follower, or the leader (`on_leader`).
+    pub member: usize,
 }
 
 impl Ensemble {
-    /// Starts it: every member fsyncs each write to its transaction log before it acks.
-    pub fn start() -> Ensemble {
+    /// Starts it: every member fsyncs each write to its transaction log before it acks. The
+    /// clients will talk to the leader if `on_leader`, else to a follower.
+    pub fn start(on_leader: bool) -> Ensemble {
         let cluster = TestingCluster::with_options(
             3,
             ServerOptions {
@@ -53,20 +57,23 @@ impl Ensemble {
                 None => panic!("no member says it leads"),
             }
         };
-        let follower = (0..3).find(|&i| i != leader).unwrap_or(0);
-        Ensemble { cluster, follower }
+        let member = match on_leader {
+            true => leader,
+            false => (0..3).find(|&i| i != leader).unwrap_or(0),
+        };
+        Ensemble { cluster, member }
     }
 }
 
 impl Zk for Ensemble {
     fn connect_string(&self) -> String {
-        self.cluster.addr(self.follower).to_string()
+        self.cluster.addr(self.member).to_string()
     }
     fn pids(&self) -> Vec<u32> {
         (0..3).filter_map(|i| self.cluster.pid(i)).collect()
     }
     fn four_letter(&self, word: &str) -> std::io::Result<String> {
-        self.cluster.four_letter(self.follower, word)
+        self.cluster.four_letter(self.member, word)
     }
 }
 

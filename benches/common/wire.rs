@@ -34,6 +34,11 @@ const CLOSE: i32 = -11;
 const EPHEMERAL_SEQUENTIAL: i32 = 3;
 /// The xid of a watch notification.
 const NOTIFICATION: i32 = -1;
+/// A ping's xid and op code, and how long a wait goes without one (a third of the 30 s
+/// session).
+const PING_XID: i32 = -2;
+const PING: i32 = 11;
+const PING_EVERY: Duration = Duration::from_secs(10);
 /// ZooKeeper's `NoNode`.
 const NO_NODE: i32 = -101;
 
@@ -71,6 +76,8 @@ pub struct Wire {
     pub reads: u64,
     /// Lock nodes shaped as ours are (see [`contended_like_ours`]).
     like_ours: bool,
+    /// Pings while a read waits (see [`Wire::keep_alive`]).
+    keep_alive: bool,
 }
 
 impl Wire {
@@ -92,6 +99,7 @@ impl Wire {
             frame: Vec::with_capacity(1 << 16),
             reads: 0,
             like_ours: false,
+            keep_alive: false,
         };
         w.send(&framed(&body))?;
         w.read_frame()?;
@@ -99,7 +107,48 @@ impl Wire {
     }
 
     fn read_frame(&mut self) -> io::Result<()> {
-        read_frame(&mut self.sock, &mut self.frame)
+        if !self.keep_alive {
+            return read_frame(&mut self.sock, &mut self.frame);
+        }
+        // The socket's reads time out every `PING_EVERY`: nothing read of a frame yet, a ping
+        // goes out; a timeout inside a frame only reads on (no byte is lost).
+        let mut len = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match self.sock.read(&mut len[got..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => got += n,
+                Err(e) if waited_out(&e) => {
+                    if got == 0 {
+                        let ping = framed(&[PING_XID.to_be_bytes(), PING.to_be_bytes()].concat());
+                        self.send(&ping)?;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let n = i32::from_be_bytes(len).max(0) as usize;
+        self.frame.resize(n, 0);
+        let mut got = 0;
+        while got < n {
+            match self.sock.read(&mut self.frame[got..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => got += k,
+                Err(e) if waited_out(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// From now on a wait of [`PING_EVERY`] with nothing to read sends a ping (its answer is
+    /// passed over, as every answer with a negative xid is): a session waiting longer than its
+    /// timeout in a long line is kept, as every client's is. Off by default (the other benches'
+    /// floor reads frames with no timeout and no extra work).
+    pub fn keep_alive(&mut self) -> io::Result<()> {
+        self.sock.set_read_timeout(Some(PING_EVERY))?;
+        self.keep_alive = true;
+        Ok(())
     }
 
     /// Reads until an answer (not a notification) comes; returns its error code.
@@ -224,6 +273,20 @@ impl Wire {
         self.expect_ok().map(|_| ())
     }
 
+    /// Lock nodes shaped as ours (and Curator's) are, from now on: the protected name and a
+    /// holder id as data (see [`contended_like_ours`]).
+    pub fn shape_like_ours(&mut self) {
+        self.like_ours = true;
+    }
+
+    /// Takes the lock under `dir` (which must exist): creates this session's node, waits for
+    /// its turn; the node's name.
+    pub fn acquire(&mut self, dir: &str) -> io::Result<String> {
+        let (me, line) = self.create_and_list(dir)?;
+        self.wait_turn(dir, &me, line)?;
+        Ok(me)
+    }
+
     /// Ends the session (its nodes go with it).
     pub fn close(mut self) {
         let f = self.request(CLOSE, |_| {});
@@ -254,16 +317,30 @@ impl Wire {
 
     /// Waits until this session holds the lock whose node is `me` (its listing `line`).
     fn wait_turn(&mut self, dir: &str, me: &str, mut line: Vec<String>) -> io::Result<()> {
+        let mine = sequence(me);
         loop {
-            line.sort_by_key(|n| sequence(n));
-            let Some(pos) = line.iter().position(|n| n == me) else {
+            if !line.iter().any(|n| n == me) {
                 return Err(io::Error::other("our lock node is gone"));
-            };
-            if pos == 0 {
-                return Ok(());
             }
-            let was_head = pos == 1;
-            if self.watch(&format!("{dir}/{}", line[pos - 1]))? {
+            // One pass, each name's sequence read once (a sort would read them N log N
+            // times): how many are ahead, and the one just ahead.
+            let mut ahead = 0usize;
+            let mut predecessor: Option<(u64, &str)> = None;
+            for n in &line {
+                let seq = sequence(n);
+                if seq < mine {
+                    ahead += 1;
+                    if predecessor.is_none_or(|(p, _)| seq > p) {
+                        predecessor = Some((seq, n));
+                    }
+                }
+            }
+            let Some((_, predecessor)) = predecessor else {
+                return Ok(());
+            };
+            let was_head = ahead == 1;
+            let predecessor = format!("{dir}/{predecessor}");
+            if self.watch(&predecessor)? {
                 self.notification()?;
                 if was_head {
                     return Ok(());
@@ -380,6 +457,14 @@ fn contended_shaped(
         requests_per_acq: 2.0 + reads.load(Ordering::Relaxed) as f64 / total as f64,
         ..Default::default()
     }
+}
+
+/// A read that ended on the socket's read timeout (or a signal), with nothing wrong.
+fn waited_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 /// Reads one length-prefixed frame from `from` into `frame`.
