@@ -646,8 +646,7 @@ fn settled(server: &TestingServer) {
 /// JVM's `CompilationMXBean`): asking `jstat` would start a JVM per worker each second, whose
 /// own start-up on 2 cores would keep the workers' JIT from ever looking quiet.
 fn jvm_jit_quiet(workers: &mut [Worker], most: Duration) -> bool {
-    let until = std::time::Instant::now() + most;
-    let mut total = || -> f64 {
+    quiet_within(most, || {
         workers
             .iter_mut()
             .map(|w| {
@@ -663,18 +662,7 @@ fn jvm_jit_quiet(workers: &mut [Worker], most: Duration) -> bool {
                 }
             })
             .sum()
-    };
-    let mut last = total();
-    while std::time::Instant::now() < until {
-        // Sampling once a second is the measurement's design.
-        thread::sleep(Duration::from_secs(1));
-        let now = total();
-        if now - last < 20.0 {
-            return true;
-        }
-        last = now;
-    }
-    false
+    })
 }
 
 /// A worker process of this binary: `ours|zkc|zkc-threads|floor connect path sessions` in

@@ -88,12 +88,20 @@ impl Drop for Worker {
 /// Waits until no worker JVM's JIT has compiled for 20 ms or more in a second, at most `most`;
 /// whether it got there.
 pub fn jit_quiet(workers: &[Worker], most: Duration) -> bool {
+    quiet_within(most, || {
+        workers.iter().map(|w| jit_ms(Some(w.child.id()))).sum()
+    })
+}
+
+/// Waits until `compiled_ms` (JIT compile time so far, in ms, summed over the JVMs watched)
+/// grows by under 20 ms in a second, at most `most`; whether it got there.
+pub fn quiet_within(most: Duration, mut compiled_ms: impl FnMut() -> f64) -> bool {
     let until = Instant::now() + most;
-    let total = || -> f64 { workers.iter().map(|w| jit_ms(Some(w.child.id()))).sum() };
-    let mut last = total();
+    let mut last = compiled_ms();
     while Instant::now() < until {
+        // Sampling once a second is the measurement's design.
         thread::sleep(Duration::from_secs(1));
-        let now = total();
+        let now = compiled_ms();
         if now - last < 20.0 {
             return true;
         }
