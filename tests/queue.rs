@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use zk_recipes::queue::{
-    DistributedDelayQueue, DistributedPriorityQueue, DistributedQueue, QueueOptions,
+    DistributedDelayQueue, DistributedPriorityQueue, DistributedQueue, QueueOptions, Taken,
 };
 use zk_recipes::{Client, CreateMode, Error};
 
@@ -580,12 +580,9 @@ fn done_on_a_lost_session_removes_nothing_of_the_next_consumer() {
 #[test]
 fn a_waiting_take_wakes_when_a_held_item_is_released() {
     let s = server();
-    let path = format!("{}/q", root("wake-on-release"));
-    let holder = DistributedQueue::new(&connect(&s.connect_string(), SOON), &path).unwrap();
+    let (path, held) = one_item_held("wake-on-release");
     let waiting = connect(&s.connect_string(), SOON);
     let waiter = DistributedQueue::new(&waiting, &path).unwrap();
-    holder.put(b"one").unwrap();
-    let held = holder.take(SOON).unwrap().unwrap();
     thread::scope(|sc| {
         let wait = sc.spawn(|| waiter.take(SOON));
         // The waiter has looked, found the item held, and waits on its watches (the queue's
@@ -599,6 +596,16 @@ fn a_waiting_take_wakes_when_a_held_item_is_released() {
     });
 }
 
+/// A queue under its own root (`name`) holding one item, `one`, taken by a client of its own
+/// and held: the queue's path and the held item.
+fn one_item_held(name: &str) -> (String, Taken) {
+    let path = format!("{}/q", root(name));
+    let holder = DistributedQueue::new(&connect(&server().connect_string(), SOON), &path).unwrap();
+    holder.put(b"one").unwrap();
+    let held = holder.take(SOON).unwrap().expect("the item");
+    (path, held)
+}
+
 /// A take that found every item held and is about to watch the locks does not miss a release
 /// that lands before its watch: the listing that sets the watch shows the lock gone, and the
 /// take looks again rather than waiting for a change that already happened (it waited out its
@@ -606,10 +613,8 @@ fn a_waiting_take_wakes_when_a_held_item_is_released() {
 #[test]
 fn a_release_between_the_look_and_the_lock_watch_is_not_missed() {
     let s = server();
-    let path = format!("{}/q", root("release-before-lock-watch"));
-    let holder = DistributedQueue::new(&connect(&s.connect_string(), SOON), &path).unwrap();
-    holder.put(b"one").unwrap();
-    let held = Arc::new(std::sync::Mutex::new(holder.take(SOON).unwrap()));
+    let (path, held) = one_item_held("release-before-lock-watch");
+    let held = Arc::new(std::sync::Mutex::new(Some(held)));
     let releases = Arc::new(AtomicUsize::new(0));
     let options = {
         let (held, releases) = (held.clone(), releases.clone());
@@ -674,10 +679,7 @@ fn a_take_wakes_when_the_same_object_lets_go_of_an_item_whose_lock_was_gone() {
 #[test]
 fn a_take_waiting_on_an_item_held_elsewhere_looks_once() {
     let s = server();
-    let path = format!("{}/q", root("held-elsewhere-looks-once"));
-    let holder = DistributedQueue::new(&connect(&s.connect_string(), SOON), &path).unwrap();
-    holder.put(b"one").unwrap();
-    let held = holder.take(SOON).unwrap().expect("the item");
+    let (path, held) = one_item_held("held-elsewhere-looks-once");
     let looks = Arc::new(AtomicUsize::new(0));
     let options = {
         let looks = looks.clone();
