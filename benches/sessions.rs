@@ -19,8 +19,13 @@
 //! saying so, unless `--raise-limits` (as root) raises both for the run (the mappings' limit
 //! put back after), as an operator running that many sessions in one process must.
 //!
+//! With `--split-cores`, the server's members run on one half of the machine's CPUs and the
+//! clients' workers on the other, as clients on machines of their own would: on a shared
+//! machine a client that wakes thousands of threads at once takes CPU from the members (the
+//! scheduler shares time per thread), and slows the very election it waits for.
+//!
 //! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024] [-- --ensemble]
-//! [-- --raise-limits] [-- --clients ours,zkc]`. Ours beside
+//! [-- --raise-limits] [-- --clients ours,zkc] [-- --split-cores]`. Ours beside
 //! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs)
 //! and Apache Curator 5.4 (`benches/CuratorSessionsWorker.java`: a `CuratorFramework` per
 //! session in one JVM, its memory the whole JVM's growth, heap included, as a user's process
@@ -146,6 +151,24 @@ impl Servers {
             }
             Servers::Three(c) => {
                 let leader = c.leader().expect("a leader before the kill");
+                // Where the sessions sit (the count each member's `srvr` gives, the bench's
+                // own probe included): the leader's fall on the followers at the kill.
+                let held: Vec<String> = (0..c.len())
+                    .map(|i| {
+                        let n = c
+                            .four_letter(i, "srvr")
+                            .ok()
+                            .and_then(|a| {
+                                a.lines().find_map(|l| {
+                                    l.strip_prefix("Connections: ").map(str::to_owned)
+                                })
+                            })
+                            .unwrap_or_else(|| "?".into());
+                        let who = if i == leader { " (leader)" } else { "" };
+                        format!("member {} (port {}){who}: {n}", i + 1, c.addr(i).port())
+                    })
+                    .collect();
+                println!("connections before the kill: {}", held.join(", "));
                 // The time of day, to line up with the members' logs (`ZOOKEEPER_LOG_LEVEL`).
                 let day = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -177,6 +200,67 @@ impl Servers {
             }
         }
     }
+}
+
+/// `--split-cores`: the CPUs this process may use, halved: the members' half and the clients'.
+struct Cores {
+    members: Vec<usize>,
+    clients: Vec<usize>,
+}
+
+impl Cores {
+    fn split() -> Result<Cores, String> {
+        // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the set's own size and a valid pointer to it.
+        if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }
+            != 0
+        {
+            return Err(format!(
+                "this process's CPUs unreadable: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: CPU_ISSET reads a bit of a valid set.
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        if cpus.len() < 2 {
+            return Err(format!(
+                "needs two CPUs at least, this process has {}",
+                cpus.len()
+            ));
+        }
+        let (members, clients) = cpus.split_at(cpus.len() / 2);
+        Ok(Cores {
+            members: members.to_vec(),
+            clients: clients.to_vec(),
+        })
+    }
+}
+
+/// Pins the calling thread (and every thread and process it starts from now on) to `cpus`.
+fn pin_here(cpus: &[usize]) {
+    let set = cpu_set(cpus);
+    // SAFETY: a valid set of its own size; 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The set of `cpus`.
+fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: CPU_SET writes a bit of a valid set (c < CPU_SETSIZE: read from one).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
 }
 
 /// The limits N sessions in one process meet: `vm.max_map_count` and the open-file limit.
@@ -289,6 +373,26 @@ fn main() {
         ..ServerOptions::default()
     };
     let raise = std::env::args().any(|a| a == "--raise-limits");
+    // `--split-cores`: this process (and so every member it starts, which inherits it) on the
+    // first half of the CPUs; each worker moves itself to the second half (`Cores::clients`).
+    let split = if std::env::args().any(|a| a == "--split-cores") {
+        match Cores::split() {
+            Ok(cores) => {
+                pin_here(&cores.members);
+                println!(
+                    "members on CPUs {:?}, clients on CPUs {:?}",
+                    cores.members, cores.clients
+                );
+                Some(cores)
+            }
+            Err(why) => {
+                println!("--split-cores: {why}");
+                return;
+            }
+        }
+    } else {
+        None
+    };
     // The open-file limit raised before the servers start, for the largest N (the servers
     // inherit it: raised later, a member could not take every session); each client's fit is
     // still checked, and reported, as it runs.
@@ -325,10 +429,11 @@ fn main() {
                 .expect("start ZooKeeper (apt-get install zookeeper)"),
         )
     };
-    let what = if args.ensemble {
-        "ensemble"
-    } else {
-        "standalone"
+    let what = match (args.ensemble, split.is_some()) {
+        (true, false) => "ensemble",
+        (true, true) => "ensemble, split cores",
+        (false, false) => "standalone",
+        (false, true) => "standalone, split cores",
     };
     let mut limits = Limits { maps_was: None };
     // (N, client, every session back ms, resident KB per session), for the plot.
@@ -392,7 +497,13 @@ fn main() {
                 );
                 continue;
             }
-            let m = measure(&servers, n, peer, curator.as_deref());
+            let m = measure(
+                &servers,
+                n,
+                peer,
+                curator.as_deref(),
+                split.as_ref().map(|c| &c.clients[..]),
+            );
             println!(
             "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11} {:>10.0} {:>10.0}",
             n,
@@ -460,13 +571,9 @@ fn main() {
             curve.push((n, peer, waited.as_secs_f64() * 1e3, m.rss_kb_per_session));
         }
     }
-    // A whole run gets a plot (`benches/sessions.png`, `sessions-ensemble.png`).
+    // A whole run gets a plot (`plot_file`).
     if !args.quick && only.is_none() && curve.iter().any(|c| c.0 >= 1000) {
-        let name = format!(
-            "{}/sessions{}.png",
-            env!("CARGO_MANIFEST_DIR"),
-            if args.ensemble { "-ensemble" } else { "" }
-        );
+        let name = plot_file(what);
         match plot(&curve, &name, what) {
             Ok(()) => println!("wrote {name}"),
             Err(e) => println!("no plot: {e}"),
@@ -506,15 +613,30 @@ fn replot(file: &str) {
         let election = num("election_ms").filter(|e| e.is_finite()).unwrap_or(0.0);
         curve.push((n as usize, client, back + election, rss));
     }
-    let name = format!(
-        "{}/sessions{}.png",
-        env!("CARGO_MANIFEST_DIR"),
-        if what == "ensemble" { "-ensemble" } else { "" }
-    );
+    let name = plot_file(&what);
     match plot(&curve, &name, &what) {
         Ok(()) => println!("wrote {name}"),
         Err(e) => println!("no plot: {e}"),
     }
+}
+
+/// The plot of a run on `what` ("ensemble, split cores", say): `benches/sessions.png`,
+/// `sessions-ensemble.png`, `sessions-ensemble-split.png`, ...
+fn plot_file(what: &str) -> String {
+    format!(
+        "{}/sessions{}{}.png",
+        env!("CARGO_MANIFEST_DIR"),
+        if what.starts_with("ensemble") {
+            "-ensemble"
+        } else {
+            ""
+        },
+        if what.ends_with("split cores") {
+            "-split"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Every session's return after the restart, and the memory each costs, against N, for each
@@ -539,10 +661,11 @@ fn plot(
             ("Curator".into(), MAGENTA, line("curator", y)),
         ]
     };
-    let back = if what == "ensemble" {
-        "the leader killed: every session back"
-    } else {
-        "every session back after the restart"
+    let back = match (what.starts_with("ensemble"), what.ends_with("split cores")) {
+        (true, false) => "the leader killed: every session back",
+        (true, true) => "leader killed, every session back (split cores)",
+        (false, false) => "every session back after the restart",
+        (false, true) => "every session back after the restart (split cores)",
     };
     plot_panels(
         file,
@@ -583,8 +706,14 @@ struct Measured {
     server_cpu: f64,
 }
 
-fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Measured {
-    let cmd = match (peer, curator) {
+fn measure(
+    server: &Servers,
+    n: usize,
+    peer: &str,
+    curator: Option<&str>,
+    cores: Option<&[usize]>,
+) -> Measured {
+    let mut cmd = match (peer, curator) {
         ("curator", Some(classpath)) => {
             let mut cmd = Command::new("java");
             cmd.args(["-cp", classpath, "CuratorSessionsWorker"])
@@ -602,6 +731,21 @@ fn measure(server: &Servers, n: usize, peer: &str, curator: Option<&str>) -> Mea
             cmd
         }
     };
+    if let Some(cores) = cores {
+        // SAFETY: between fork and exec the closure makes one system call
+        // (`sched_setaffinity`) on a set built before the fork; it allocates nothing.
+        let set = cpu_set(cores);
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
     let mut w = Worker::start(cmd);
     let base = w.next_line();
     let started = now_ns();
