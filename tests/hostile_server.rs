@@ -244,7 +244,8 @@ fn without_container_support_a_lock_path_is_made_persistent() {
                         log.lock().unwrap().push(format!("container {}", path()));
                         (-6, vec![]) // Unimplemented
                     }
-                    15 => {
+                    // create (1, the path alone) or create2 (15, and a stat)
+                    1 | 15 => {
                         let p = path();
                         let parent = p.rsplit_once('/').map_or("", |x| x.0).to_owned();
                         if !parent.is_empty() && !made.contains(&parent) {
@@ -260,7 +261,9 @@ fn without_container_support_a_lock_path_is_made_persistent() {
                             created.push(name.clone());
                             let mut r = (name.len() as i32).to_be_bytes().to_vec();
                             r.extend_from_slice(name.as_bytes());
-                            r.extend_from_slice(&[0; 68]);
+                            if op == 15 {
+                                r.extend_from_slice(&[0; 68]);
+                            }
                             (0, r)
                         }
                     }
@@ -273,7 +276,8 @@ fn without_container_support_a_lock_path_is_made_persistent() {
                             (-101, vec![])
                         }
                     }
-                    12 => {
+                    // getChildren (8, the names alone) or getChildren2 (12, and a stat)
+                    8 | 12 => {
                         // The children of the lock path: our node.
                         let kids: Vec<&str> = created
                             .iter()
@@ -284,7 +288,9 @@ fn without_container_support_a_lock_path_is_made_persistent() {
                             r.extend_from_slice(&(k.len() as i32).to_be_bytes());
                             r.extend_from_slice(k.as_bytes());
                         }
-                        r.extend_from_slice(&[0; 68]);
+                        if op == 12 {
+                            r.extend_from_slice(&[0; 68]);
+                        }
                         (0, r)
                     }
                     _ => (0, vec![0; 68]), // exists, delete, sync, ...: fine

@@ -70,6 +70,39 @@ fn sixteen_clients_never_overlap_and_lose_no_update(#[case] fast_handoff: bool) 
     assert!(children(&client(), &path).is_empty());
 }
 
+/// The lock's create and its look at the line ask for no stat: `create` and `getChildren`,
+/// not their `2` forms, whose answers carry a 68-byte stat the lock does not use. What the
+/// server sends for an uncontended acquisition and its release is the answers' own bytes.
+#[test]
+fn an_acquisition_costs_the_server_no_stat_it_does_not_use() {
+    let proxy = zk_recipes::testing::FaultProxy::start(server().addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let path = root("mutex-plain-answers");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    // The path made first (its creates are not the lock's).
+    mutex.acquire().unwrap().release().unwrap();
+    const CYCLES: u64 = 20;
+    let mut plain = 0u64;
+    let before = proxy.replies_passed();
+    for _ in 0..CYCLES {
+        let held = mutex.acquire().unwrap();
+        let node = held.node_path().to_owned();
+        held.release().unwrap();
+        let name = node.rsplit('/').next().unwrap();
+        // Each answer: its length (4) and header (xid, zxid, error: 16); the create's, the
+        // path made; the listing's, its one name; the delete's, nothing.
+        plain += (4 + 16 + 4 + node.len() as u64) + (4 + 16 + 4 + 4 + name.len() as u64) + (4 + 16);
+    }
+    let sent = proxy.replies_passed() - before;
+    // A keep-alive's answer (20 bytes) may fall in; a stat in each create's and listing's
+    // answer would add 2 720.
+    assert!(
+        (plain..=plain + 40).contains(&sent),
+        "the server sent {sent} bytes for {CYCLES} acquisitions and releases, whose plain \
+         answers are {plain}"
+    );
+}
+
 #[test]
 fn contenders_acquire_in_the_order_they_queued() {
     let path = root("mutex-fifo");

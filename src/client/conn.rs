@@ -766,6 +766,7 @@ mod tests {
         let listing = crate::client::request::Req::GetChildren {
             path: "/line".into(),
             watch: None,
+            stat: false,
         };
         let started = Instant::now();
         let sent = outbox.try_send([listing.outgoing()], Some(started));

@@ -60,6 +60,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Bytes delivered from clients to the server.
     requests_passed: AtomicU64,
+    /// Bytes delivered from the server to clients.
+    replies_passed: AtomicU64,
     /// With [`Mode::Delay`]: how long each byte waits, in nanoseconds.
     delay: AtomicU64,
 }
@@ -94,6 +96,7 @@ impl FaultProxy {
             held: [AtomicU64::new(0), AtomicU64::new(0)],
             accepted: AtomicU64::new(0),
             requests_passed: AtomicU64::new(0),
+            replies_passed: AtomicU64::new(0),
             delay: AtomicU64::new(0),
         });
         let s = shared.clone();
@@ -180,6 +183,12 @@ impl FaultProxy {
     /// request is on its way to the server, past any later change of mode.
     pub fn requests_passed(&self) -> u64 {
         self.shared.requests_passed.load(Ordering::SeqCst)
+    }
+
+    /// Bytes delivered from the server to clients so far, counted as the proxy hands them on:
+    /// what the server sent, for a test of a client's cost to it.
+    pub fn replies_passed(&self) -> u64 {
+        self.shared.replies_passed.load(Ordering::SeqCst)
     }
 
     /// Delays every byte, both ways, by `by` from when the proxy read it, until another mode or
@@ -422,11 +431,12 @@ fn pump(
         if ready > 0 {
             // Counted before the write: the server may answer (and a test read the count)
             // before this thread runs again.
-            if !replies {
-                shared
-                    .requests_passed
-                    .fetch_add(ready as u64, Ordering::SeqCst);
-            }
+            let passed = if replies {
+                &shared.replies_passed
+            } else {
+                &shared.requests_passed
+            };
+            passed.fetch_add(ready as u64, Ordering::SeqCst);
             if to.write_all(&pending[..ready]).is_err() {
                 break;
             }

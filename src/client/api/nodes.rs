@@ -61,6 +61,7 @@ impl Client {
             data,
             acl,
             mode,
+            stat: true,
         };
         self.retried(path, retry, || {
             let (reply, session) = self.request(path, &req)?;
@@ -202,6 +203,7 @@ impl Client {
                     data: &[],
                     acl,
                     mode,
+                    stat: false,
                 };
                 self.request(prefix, &req).map(|_| ())
             });

@@ -87,6 +87,7 @@ impl Client {
             let req = Req::GetChildren {
                 path: list.as_str().into(),
                 watch: None,
+                stat: false,
             };
             // Runs on whichever thread read the notification, maybe a caller with a deadline,
             // the waiter itself or the I/O thread: it never waits for a connection, nor more
@@ -172,6 +173,7 @@ impl Client {
             |p, w| Req::GetChildren {
                 path: p.into(),
                 watch: w,
+                stat: false,
             },
             decode,
         )
@@ -186,6 +188,7 @@ impl Client {
             |p, w| Req::GetChildren {
                 path: p.into(),
                 watch: w,
+                stat: true,
             },
             |r| {
                 let mut d = r.record();
