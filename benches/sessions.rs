@@ -24,6 +24,9 @@
 //! machine a client that wakes thousands of threads at once takes CPU from the members (the
 //! scheduler shares time per thread), and slows the very election it waits for.
 //!
+//! `--clients ours-io` (named only, never by default): ours with
+//! `ClientBuilder::io_thread_reads_all`, one descriptor per session instead of two.
+//!
 //! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024] [-- --ensemble]
 //! [-- --raise-limits] [-- --clients ours,zkc] [-- --split-cores]`. Ours beside
 //! `zookeeper-client` 0.11 (its sessions on one two-worker runtime, as an async client runs)
@@ -59,7 +62,7 @@ const MAX_MAP_COUNT: &str = "/proc/sys/vm/max_map_count";
 fn files_per_session(client: &str) -> u64 {
     match client {
         "ours" => 2,
-        "zkc" => 1,
+        "zkc" | "ours-io" => 1,
         _ => 3,
     }
 }
@@ -374,7 +377,9 @@ fn main() {
     };
     let raise = std::env::args().any(|a| a == "--raise-limits");
     // `--split-cores`: this process (and so every member it starts, which inherits it) on the
-    // first half of the CPUs; each worker moves itself to the second half (`Cores::clients`).
+    // first half of the CPUs; each worker is moved to the second half as it starts (`measure`,
+    // between fork and exec). The bench's own polling stays on the members' half: a few
+    // system calls every 50 ms.
     let split = if std::env::args().any(|a| a == "--split-cores") {
         match Cores::split() {
             Ok(cores) => {
@@ -474,6 +479,11 @@ fn main() {
     // no plot).
     let only = std::env::args().skip_while(|a| a != "--clients").nth(1);
     if let Some(only) = &only {
+        // `ours-io`: ours with `io_thread_reads_all` (one descriptor per session), only when
+        // named.
+        if only.split(',').any(|o| o == "ours-io") {
+            peers.insert(1, "ours-io");
+        }
         peers.retain(|p| only.split(',').any(|o| o == *p));
     }
     if peers.is_empty() {
@@ -556,7 +566,7 @@ fn main() {
             // Ours must keep every session across a short restart; a peer that loses one is
             // a finding to report (Curator's slowest sessions can outlast their timeout at
             // 5 000 on two cores), not a failed bench.
-            if peer == "ours" {
+            if peer.starts_with("ours") {
                 assert_eq!(m.lost, 0, "sessions lost across a short restart");
                 assert_eq!(m.back, n, "not every session came back");
             } else if m.lost > 0 || m.back + m.lost < n {
@@ -894,6 +904,7 @@ fn worker(spec: &str) {
     if peer == "zkc" {
         return zkc_worker(&connect, n, &say, &mut stdin);
     }
+    let reads_all = peer == "ours-io";
     let began = Instant::now();
     let per = n.div_ceil(CONNECTORS).max(1);
     let clients: Vec<Client> = thread::scope(|scope| {
@@ -907,6 +918,7 @@ fn worker(spec: &str) {
                             Client::builder(connect)
                                 .session_timeout(SESSION)
                                 .connection_timeout(Duration::from_secs(120))
+                                .io_thread_reads_all(reads_all)
                                 .connect()
                                 .expect("connect")
                         })

@@ -455,3 +455,82 @@ fn a_client_reattaches_to_a_live_session_and_refuses_an_expired_one() {
         "{again:?}"
     );
 }
+
+/// `io_thread_reads_all`: a client holds one descriptor, its socket, where a default one holds
+/// an epoll instance beside it (and an event descriptor once a thread of it has waited for a
+/// watch). Counted in a child process that runs only `descriptors_of_a_client_counted_alone`,
+/// so that no other test's clients open descriptors meanwhile.
+#[test]
+fn a_client_that_leaves_every_read_to_its_io_thread_holds_one_descriptor() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "descriptors_of_a_client_counted_alone",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZKR_DESCRIPTORS_ALONE", "1")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("1 passed"),
+        "the counting test did not run: {said}"
+    );
+}
+
+#[test]
+#[ignore = "run alone, in a child process, by a_client_that_leaves_every_read_to_its_io_thread_holds_one_descriptor"]
+fn descriptors_of_a_client_counted_alone() {
+    if std::env::var_os("ZKR_DESCRIPTORS_ALONE").is_none() {
+        return;
+    }
+    use zk_recipes::lock::InterProcessMutex;
+    let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let connect_string = server().connect_string();
+    let holder = connect(&connect_string, Duration::from_secs(10));
+    let path = root("descriptors");
+    let mutex = InterProcessMutex::new(&holder, &path).unwrap();
+    let held = mutex.acquire().unwrap();
+    // What a client holds once connected and after one of its threads waited for a watch
+    // (a lock's waiter, timed out while the holder holds).
+    let held_by = |reads_all: bool| {
+        let before = open();
+        let c = builder(&connect_string)
+            .session_timeout(Duration::from_secs(10))
+            .io_thread_reads_all(reads_all)
+            .connect()
+            .unwrap();
+        let waiting = InterProcessMutex::new(&c, &path).unwrap();
+        assert!(waiting
+            .try_acquire_for(Duration::from_millis(200))
+            .unwrap()
+            .is_none());
+        c.exists("/").unwrap();
+        let n = open().saturating_sub(before);
+        drop(waiting);
+        c.close();
+        drop(c);
+        // Its descriptors gone before the next count begins.
+        assert!(
+            wait_for(Duration::from_secs(10), || (open() <= before).then_some(())).is_some(),
+            "a closed client kept descriptors"
+        );
+        n
+    };
+    let reads_all = held_by(true);
+    let default = held_by(false);
+    drop(held);
+    assert_eq!(
+        reads_all, 1,
+        "descriptors of a client whose I/O thread reads all"
+    );
+    assert!(default > 1, "a default client held {default} descriptors");
+    println!("descriptors: default {default}, io_thread_reads_all {reads_all}");
+}

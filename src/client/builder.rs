@@ -30,6 +30,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     namespace: Option<String>,
     allow_read_only: bool,
+    io_thread_reads_all: bool,
     tick_time: Duration,
     max_request: usize,
     /// A session to re-attach to: its id and password.
@@ -56,6 +57,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("retry", &self.retry)
             .field("namespace", &self.namespace)
             .field("allow_read_only", &self.allow_read_only)
+            .field("io_thread_reads_all", &self.io_thread_reads_all)
             .field("max_request", &self.max_request)
             .field("session", &self.resume.as_ref().map(|(id, _)| *id))
             .field("follow_ensemble", &self.follow_ensemble)
@@ -126,6 +128,20 @@ impl ClientBuilder {
     /// `NotReadOnly`; locks need a quorum and should leave this off.
     pub fn allow_read_only(mut self, allow: bool) -> Self {
         self.allow_read_only = allow;
+        self
+    }
+
+    /// Leaves every read of the connection to the client's I/O thread (default: off).
+    ///
+    /// By default a caller reads its own answer, and a lock's waiter its own wake-up, so that
+    /// an answer wakes only the thread waiting for it; for that the client holds an epoll
+    /// instance beside its socket, and an event descriptor once a thread of it waits for a
+    /// watch. With this on, a client holds one descriptor, its socket, and each answer wakes
+    /// the I/O thread and then its caller: about 45 µs more a round trip on a 2-vCPU VM
+    /// (`benches/RESULTS.md`, issue 22). For a process that holds thousands of sessions near
+    /// its open-file limit. Over TLS the I/O thread reads everything anyway.
+    pub fn io_thread_reads_all(mut self, on: bool) -> Self {
+        self.io_thread_reads_all = on;
         self
     }
 
@@ -372,6 +388,7 @@ impl ClientBuilder {
             retry: self.retry.clone(),
             prefix,
             allow_read_only: self.allow_read_only,
+            io_thread_reads_all: self.io_thread_reads_all,
             tick_time: self.tick_time,
             max_request: self.max_request,
             resume: self.resume.clone(),
@@ -489,6 +506,7 @@ impl Client {
             retry: RetryPolicy::default(),
             namespace: None,
             allow_read_only: false,
+            io_thread_reads_all: false,
             max_request: MAX_REQUEST,
             resume: None,
             follow_ensemble: false,

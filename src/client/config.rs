@@ -19,6 +19,8 @@ pub(crate) struct Config {
     /// Chroot and namespace, joined: every path the caller gives is below it. Empty for none.
     pub prefix: String,
     pub allow_read_only: bool,
+    /// No caller or waiter reads the connection: one descriptor per client.
+    pub io_thread_reads_all: bool,
     /// The ensemble's tick: how long a follower may hold a touch of the session before the
     /// leader has it.
     pub tick_time: Duration,

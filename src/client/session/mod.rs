@@ -239,10 +239,11 @@ impl Core {
         let (config_tx, config_rx) = unbounded();
         let (marks_tx, marks_rx) = unbounded();
         let (stop, stopped) = unbounded();
+        let io_reads_all = config.io_thread_reads_all;
         let core = Arc::new(Core {
             config,
             outbox: Outbox::new(),
-            reading: turn::Reading::new(),
+            reading: turn::Reading::new(io_reads_all),
             beats: Mutex::new(frames::Beats::new(false, tick)),
             watches: Mutex::new(Registry::default()),
             status: Mutex::new(Status {

@@ -176,13 +176,23 @@ pub(super) struct Reading {
 }
 
 impl Reading {
-    pub fn new() -> Reading {
-        let poller = Poller::new()
-            .map_err(|e| debug!("no poller ({e}): the I/O thread reads every answer"))
-            .ok();
+    /// `io_reads_all`: no poller and no waiters' poller (one descriptor, the socket); the I/O
+    /// thread reads everything.
+    pub fn new(io_reads_all: bool) -> Reading {
+        let poller = if io_reads_all {
+            None
+        } else {
+            Poller::new()
+                .map_err(|e| debug!("no poller ({e}): the I/O thread reads every answer"))
+                .ok()
+        };
+        let waiters = OnceLock::new();
+        if io_reads_all {
+            let _ = waiters.set(None);
+        }
         Reading {
             poller,
-            waiters: OnceLock::new(),
+            waiters,
             turn: Mutex::new(Turn {
                 holder: Holder::Free,
                 registered: None,
@@ -774,7 +784,7 @@ mod tests {
     /// poller made), and the far end, to be kept open.
     fn read_by_a_waiter() -> (Reading, std::net::TcpStream) {
         let (near, far_end) = crate::testing::unread_pair().unwrap();
-        let reading = Reading::new();
+        let reading = Reading::new(false);
         reading.install(
             crate::client::link::plain(Arc::new(near)).0,
             FrameReader::new(),
@@ -906,7 +916,7 @@ mod tests {
     fn a_claim_across_a_reconnect_is_void() {
         let (a, _a_far) = crate::testing::unread_pair().unwrap();
         let (b, b_far) = crate::testing::unread_pair().unwrap();
-        let reading = Reading::new();
+        let reading = Reading::new(false);
         let patience = Duration::from_secs(60);
         reading.install(
             crate::client::link::plain(Arc::new(a)).0,
