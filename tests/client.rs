@@ -462,26 +462,9 @@ fn a_client_reattaches_to_a_live_session_and_refuses_an_expired_one() {
 /// so that no other test's clients open descriptors meanwhile.
 #[test]
 fn a_client_that_leaves_every_read_to_its_io_thread_holds_one_descriptor() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "descriptors_of_a_client_counted_alone",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ZKR_DESCRIPTORS_ALONE", "1")
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
-    assert!(
-        said.contains("1 passed"),
-        "the counting test did not run: {said}"
+    run_alone(
+        "descriptors_of_a_client_counted_alone",
+        "ZKR_DESCRIPTORS_ALONE",
     );
 }
 

@@ -113,24 +113,8 @@ fn child_holds_a_server_until_killed() {
 #[test]
 fn a_proxy_closes_the_sockets_of_connections_that_ended_on_their_own() {
     // In a child process of its own, so that no other test's descriptors are counted.
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_counts_a_proxys_descriptors",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ZKR_PROXY_CHILD", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("PROXY_CHILD_DONE"));
+    let said = run_alone("child_counts_a_proxys_descriptors", "ZKR_PROXY_CHILD");
+    assert!(said.contains("PROXY_CHILD_DONE"));
 }
 
 /// Run only by `a_proxy_closes_the_sockets_of_connections_that_ended_on_their_own`, in a child

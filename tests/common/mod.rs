@@ -381,3 +381,28 @@ pub fn watchers_of(path: &str) -> Vec<String> {
     }
     out
 }
+
+/// Runs this test binary's ignored test `name` alone, in a child process with the variable
+/// `env` set (so that no other test's threads or descriptors are counted with its own), and
+/// returns what it printed; fails if it failed or did not run.
+pub fn run_alone(name: &str, env: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 passed"), "{name} did not run: {said}");
+    said
+}
