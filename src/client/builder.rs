@@ -139,7 +139,8 @@ impl ClientBuilder {
     /// watch. With this on, a client holds one descriptor, its socket, and each answer wakes
     /// the I/O thread and then its caller: about 45 µs more a round trip on a 2-vCPU VM
     /// (`benches/RESULTS.md`, issue 22). For a process that holds thousands of sessions near
-    /// its open-file limit. Over TLS the I/O thread reads everything anyway.
+    /// its open-file limit. Over TLS the I/O thread reads everything already; the option still
+    /// saves the epoll instance and the event descriptor there.
     pub fn io_thread_reads_all(mut self, on: bool) -> Self {
         self.io_thread_reads_all = on;
         self

@@ -403,6 +403,9 @@ pub fn run_alone(name: &str, env: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("1 passed"), "{name} did not run: {said}");
+    assert!(
+        said.contains("test result: ok. 1 passed"),
+        "{name} did not run: {said}"
+    );
     said
 }

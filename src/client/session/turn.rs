@@ -36,8 +36,9 @@
 //!
 //! Frames are taken one at a time by one reader, in the order they came, by the same code
 //! whichever thread reads: what an answer proves about the session does not depend on who
-//! read it. Over TLS, off Linux, and where no epoll instance can be made, the I/O thread reads
-//! everything, as before (the TLS state buffers plaintext the poller cannot see).
+//! read it. Over TLS, off Linux, where no epoll instance can be made, and for a client built
+//! with `io_thread_reads_all` (one descriptor per client), the I/O thread reads everything, as
+//! before (the TLS state buffers plaintext the poller cannot see).
 //!
 //! Epoll directly (through `rustix`), not a portable poller: an idle wait is then one system
 //! call, where `polling` makes five (a timer descriptor, a notifier); the I/O thread of a
@@ -162,11 +163,12 @@ impl io::Read for Bounded<'_> {
 
 /// The turn to read the current connection.
 pub(super) struct Reading {
-    /// `None` where none could be made (or off Linux): the I/O thread then reads everything.
+    /// `None` where none could be made (or off Linux), or with `io_thread_reads_all`: the I/O
+    /// thread then reads everything.
     poller: Option<Poller>,
     /// What a waiter reading waits on besides the socket: a caller's request for the turn.
-    /// Made when a waiter first reads; `None` where none could be made (waiters then leave
-    /// the reading to others).
+    /// Made when a waiter first reads; `None` where none could be made, and from the start
+    /// with `io_thread_reads_all` (waiters then leave the reading to others).
     waiters: OnceLock<Option<WaiterPoller>>,
     turn: Mutex<Turn>,
     /// Signalled whenever a caller or a waiter gives the turn back (and when the connection
