@@ -475,7 +475,6 @@ fn descriptors_of_a_client_counted_alone() {
         return;
     }
     use zk_recipes::lock::InterProcessMutex;
-    let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let connect_string = server().connect_string();
     let holder = connect(&connect_string, Duration::from_secs(10));
     let path = root("descriptors");
@@ -484,7 +483,7 @@ fn descriptors_of_a_client_counted_alone() {
     // What a client holds once connected and after one of its threads waited for a watch
     // (a lock's waiter, timed out while the holder holds).
     let held_by = |reads_all: bool| {
-        let before = open();
+        let before = open_descriptors();
         let c = builder(&connect_string)
             .session_timeout(Duration::from_secs(10))
             .io_thread_reads_all(reads_all)
@@ -496,13 +495,15 @@ fn descriptors_of_a_client_counted_alone() {
             .unwrap()
             .is_none());
         c.exists("/").unwrap();
-        let n = open().saturating_sub(before);
+        let n = open_descriptors().saturating_sub(before);
         drop(waiting);
         c.close();
         drop(c);
         // Its descriptors gone before the next count begins.
         assert!(
-            wait_for(Duration::from_secs(10), || (open() <= before).then_some(())).is_some(),
+            wait_for(Duration::from_secs(10), || (open_descriptors() <= before)
+                .then_some(()))
+            .is_some(),
             "a closed client kept descriptors"
         );
         n

@@ -130,12 +130,11 @@ fn child_counts_a_proxys_descriptors() {
     if std::env::var_os("ZKR_PROXY_CHILD").is_none() {
         return;
     }
-    let descriptors = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     // A target that answers every connection by closing it: each connection through the
     // proxy ends by itself, never by a cut.
     let target = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy = FaultProxy::start(target.local_addr().unwrap()).unwrap();
-    let before = descriptors();
+    let before = open_descriptors();
     let rounds = 50;
     // Passing, and with the client's bytes not read (the request pump then reads nothing, so
     // only the other pump can see the end).
@@ -154,12 +153,12 @@ fn child_counts_a_proxys_descriptors() {
         // target) are closed once its pumps notice, without a cut, a change of mode or the
         // proxy's drop.
         let settled = wait_for(Duration::from_secs(10), || {
-            (descriptors() <= before).then_some(())
+            (open_descriptors() <= before).then_some(())
         });
         assert!(
             settled.is_some(),
             "{mode}: {} descriptors open after {rounds} ended connections, {before} before",
-            descriptors()
+            open_descriptors()
         );
     }
     assert_eq!(proxy.accepted(), 2 * rounds);
