@@ -15,9 +15,11 @@
 //!   `zookeeper-client`: this process's, while only that client runs), and the server's CPU
 //!   per acquisition while each ran.
 //!
-//! `cargo bench --bench peers [-- --quick] [-- --ensemble [--on-leader]]`: with `--ensemble`
-//! on three members that fsync, every client on one follower (on the leader with
-//! `--on-leader`). Skips Curator, saying why, if Java or Curator is missing.
+//! `cargo bench --bench peers [-- --quick] [-- --ensemble [--on-leader]] [-- --n 8,32]
+//! [-- --blocks 6]`: with `--ensemble` on three members that fsync, every client on one follower
+//! (on the leader with `--on-leader`). `--n` runs only the contended mutex at those N (no other
+//! figure, no plot), for a closer look at one N; `--blocks` sets its blocks of 1 s per client.
+//! Skips Curator, saying why, if Java or Curator is missing.
 
 mod common;
 
@@ -57,14 +59,29 @@ fn main() {
     println!("target: {target}");
     json("peers", &[("target", s(target))]);
     let connect = server.connect_string();
-    let ns: Vec<usize> = if args.quick {
-        vec![2, 8]
-    } else {
-        vec![2, 8, 32, 64]
+    // `--n LIST`: only the contended mutex, at those N.
+    let only: Option<Vec<usize>> = std::env::args()
+        .skip_while(|a| a != "--n")
+        .nth(1)
+        .map(|list| list.split(',').filter_map(|n| n.parse().ok()).collect());
+    let ns: Vec<usize> = match &only {
+        Some(list) => list.clone(),
+        None if args.quick => vec![2, 8],
+        None => vec![2, 8, 32, 64],
     };
-    let big = if args.quick { None } else { Some(256) };
+    let big = if args.quick || only.is_some() {
+        None
+    } else {
+        Some(256)
+    };
     let most = big.unwrap_or(*ns.iter().max().unwrap_or(&8));
-    let run_for = Duration::from_millis(if args.quick { 500 } else { 6000 });
+    let blocks: u32 = match std::env::args().skip_while(|a| a != "--blocks").nth(1) {
+        Some(k) => k.parse().expect("--blocks K"),
+        None if args.quick => 1,
+        None => 6,
+    };
+    // A contended block is 1 s per client (0.5 s with `--quick`).
+    let run_for = Duration::from_millis(if args.quick { 500 } else { 1000 }) * blocks;
     let ours = clients(&connect, most);
     ours[0].ensure_path("/bench/peers").expect("path");
     let zkc = ZkcContenders::connect(&connect, most, None, ours[0].clone());
@@ -137,8 +154,8 @@ fn main() {
 
     // 4. Contended mutex, hold 0, at every N (and once at 256), in alternated blocks whose
     // order rotates, so that no client always runs right after another one's load.
-    let blocks = if args.quick { 1 } else { 6 };
     let block_for = run_for / blocks;
+    let blocks = blocks as usize;
     let mut curve = Vec::new();
     for &n in ns.iter().chain(big.iter()) {
         let path = format!("/bench/peers/m{n}");
@@ -178,6 +195,13 @@ fn main() {
             format!("mutex N={n}"),
             [ours_fig, zkc_fig, cur_fig, combine(&f)],
         ));
+    }
+    if only.is_some() {
+        // A closer look at the contended mutex: nothing else, and no plot.
+        if let Some(mut c) = curator {
+            c.quit();
+        }
+        return report(&rows);
     }
     // 5. The semaphore mutex and the read/write lock (10 % writes), N = 8, against Curator.
     for (kind, name) in [(Kind::Semaphore, "semaphore"), (Kind::RwLock, "rwlock")] {
