@@ -4,9 +4,11 @@
 //   `base <rss KB> <threads> <maps> <open files>` at start (this process's, from /proc/self);
 //   `connect`: connects every client (64 at a time), then
 //     `connected <ms> <rss KB> <threads> <maps> <open files>`;
+//   `jit` (before `answering`, any number of times): `jit <ms>`, the JVM's compile time so far;
 //   `answering <ns>` (the server answers again since that System.nanoTime instant, which is
 //     the machine's CLOCK_MONOTONIC on Linux, the Rust side's clock): waits until every client
-//     is RECONNECTED or LOST (at most a session timeout), then
+//     is RECONNECTED (on its session id: another id counts as lost) or LOST (at most a session
+//     timeout), then
 //     `back <count> <lost> <ms after answering, per client back>...`;
 //   stdin closed: closes the clients and exits.
 
@@ -49,6 +51,15 @@ public class CuratorSessionsWorker {
         return rss + " " + threads + " " + maps + " " + (fds == null ? 0 : fds.length);
     }
 
+    /** The client's session id now (0 if it has no handle). */
+    static long sessionOf(CuratorFramework c) {
+        try {
+            return c.getZookeeperClient().getZooKeeper().getSessionId();
+        } catch (Exception e) {
+            return 0;
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String connect = args[0];
         int sessions = Integer.parseInt(args[1]);
@@ -73,12 +84,15 @@ public class CuratorSessionsWorker {
                         .retryPolicy(new RetryNTimes(3, 100))
                         .build();
                 boolean[] left = new boolean[1];
+                java.util.concurrent.atomic.AtomicLong session = new java.util.concurrent.atomic.AtomicLong();
                 c.getConnectionStateListenable().addListener((client, state) -> {
                     if (state == ConnectionState.SUSPENDED) {
                         left[0] = true;
                     } else if (state == ConnectionState.RECONNECTED && left[0]) {
                         left[0] = false;
-                        settled.add(new long[] {index, System.nanoTime()});
+                        // On another session id it is a new session, not the old one's return.
+                        long now = System.nanoTime();
+                        settled.add(new long[] {index, sessionOf(client) == session.get() ? now : -1});
                     } else if (state == ConnectionState.LOST) {
                         settled.add(new long[] {index, -1});
                     }
@@ -87,6 +101,7 @@ public class CuratorSessionsWorker {
                 if (!c.blockUntilConnected(120, TimeUnit.SECONDS)) {
                     throw new IllegalStateException("no session within 120 s");
                 }
+                session.set(sessionOf(c));
                 return c;
             }));
         }
@@ -97,13 +112,22 @@ public class CuratorSessionsWorker {
         pool.shutdown();
         double took = (System.nanoTime() - began) / 1e6;
         say(String.format("connected %.1f %s", took, usage()));
+        // `jit` (any number of times, before the restart) asks for this JVM's compile time so
+        // far, in ms: the bench waits for the JIT to be quiet before it kills the server.
+        java.lang.management.CompilationMXBean jit =
+                java.lang.management.ManagementFactory.getCompilationMXBean();
         String line = in.readLine();
+        while ("jit".equals(line)) {
+            say("jit " + jit.getTotalCompilationTime());
+            line = in.readLine();
+        }
         if (line == null || !line.startsWith("answering ")) {
             return;
         }
         long answering = Long.parseLong(line.substring(10).trim());
         long[] back = new long[sessions];
         java.util.Arrays.fill(back, Long.MIN_VALUE);
+        boolean[] settledOnce = new boolean[sessions];
         int lost = 0;
         int done = 0;
         long until = System.nanoTime() + sessionMs * 1_000_000L;
@@ -116,13 +140,18 @@ public class CuratorSessionsWorker {
             if (e == null) {
                 break;
             }
+            // Each client settles once, by its first word: a RECONNECTED after a LOST is a new
+            // session's, not the lost one's return.
             int i = (int) e[0];
+            if (settledOnce[i]) {
+                continue;
+            }
+            settledOnce[i] = true;
+            done++;
             if (e[1] < 0) {
                 lost++;
-                done++;
-            } else if (back[i] == Long.MIN_VALUE) {
+            } else {
                 back[i] = e[1];
-                done++;
             }
         }
         StringBuilder out = new StringBuilder();

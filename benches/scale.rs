@@ -641,30 +641,6 @@ fn settled(server: &TestingServer) {
     }
 }
 
-/// Waits until the worker JVMs together compiled under 20 ms in a second, at most `most`;
-/// whether they got there. Each JVM says its own compile time so far (`jit` → `jit <ms>`, the
-/// JVM's `CompilationMXBean`): asking `jstat` would start a JVM per worker each second, whose
-/// own start-up on 2 cores would keep the workers' JIT from ever looking quiet.
-fn jvm_jit_quiet(workers: &mut [Worker], most: Duration) -> bool {
-    quiet_within(most, || {
-        workers
-            .iter_mut()
-            .map(|w| {
-                w.say("jit");
-                // Its answer, past any other line the JVM wrote meanwhile.
-                loop {
-                    let line = w.next_line();
-                    if let Some(ms) = line.strip_prefix("jit ") {
-                        break ms
-                            .parse::<f64>()
-                            .unwrap_or_else(|_| panic!("a JVM worker said {line:?} to `jit`"));
-                    }
-                }
-            })
-            .sum()
-    })
-}
-
 /// A worker process of this binary: `ours|zkc|zkc-threads|floor connect path sessions` in
 /// `ZKR_SCALE_WORKER`.
 /// Connects its sessions, says `ready`; on `go` its contenders take the lock in turn; on

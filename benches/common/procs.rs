@@ -93,6 +93,30 @@ pub fn jit_quiet(workers: &[Worker], most: Duration) -> bool {
     })
 }
 
+/// Waits until the worker JVMs together compiled under 20 ms in a second, at most `most`;
+/// whether they got there. Each JVM says its own compile time so far (`jit` → `jit <ms>`, the
+/// JVM's `CompilationMXBean`): asking `jstat` would start a JVM per worker each second, whose
+/// own start-up on 2 cores would keep the workers' JIT from ever looking quiet.
+pub fn jvm_jit_quiet(workers: &mut [Worker], most: Duration) -> bool {
+    quiet_within(most, || {
+        workers
+            .iter_mut()
+            .map(|w| {
+                w.say("jit");
+                // Its answer, past any other line the JVM wrote meanwhile.
+                loop {
+                    let line = w.next_line();
+                    if let Some(ms) = line.strip_prefix("jit ") {
+                        break ms
+                            .parse::<f64>()
+                            .unwrap_or_else(|_| panic!("a JVM worker said {line:?} to `jit`"));
+                    }
+                }
+            })
+            .sum()
+    })
+}
+
 /// Waits until `compiled_ms` (JIT compile time so far, in ms, summed over the JVMs watched)
 /// grows by under 20 ms in a second, at most `most`; whether it got there.
 pub fn quiet_within(most: Duration, mut compiled_ms: impl FnMut() -> f64) -> bool {
