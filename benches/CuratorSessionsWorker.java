@@ -5,8 +5,9 @@
 //   `connect`: connects every client (64 at a time), then
 //     `connected <ms> <rss KB> <threads> <maps> <open files>`;
 //   `jit` (before `answering`, any number of times): `jit <ms>`, the JVM's compile time so far;
-//   `answering <ns>` (the server answers again since that System.nanoTime instant, which is
-//     the machine's CLOCK_MONOTONIC on Linux, the Rust side's clock): waits until every client
+//   `answering <ns> <killed ns>` (the server answers again since that System.nanoTime instant,
+//     which is the machine's CLOCK_MONOTONIC on Linux, the Rust side's clock; it was killed at
+//     the second, and only what a client says after it counts): waits until every client
 //     is RECONNECTED (on its session id: another id counts as lost) or LOST (at most a session
 //     timeout), then
 //     `back <count> <lost> <ms after answering, per client back>...`;
@@ -69,7 +70,7 @@ public class CuratorSessionsWorker {
         if (!"connect".equals(in.readLine())) {
             return;
         }
-        // (client index, nanoTime or -1 for lost), once per client after the restart.
+        // (client index, nanoTime, 1 back on its session or 0 lost), as the clients say them.
         LinkedBlockingQueue<long[]> settled = new LinkedBlockingQueue<>();
         long began = System.nanoTime();
         ExecutorService pool = Executors.newFixedThreadPool(64);
@@ -90,11 +91,13 @@ public class CuratorSessionsWorker {
                         left[0] = true;
                     } else if (state == ConnectionState.RECONNECTED && left[0]) {
                         left[0] = false;
-                        // On another session id it is a new session, not the old one's return.
-                        long now = System.nanoTime();
-                        settled.add(new long[] {index, sessionOf(client) == session.get() ? now : -1});
+                        // On another session id (or none known) it is a new session, not the old
+                        // one's return.
+                        long id = sessionOf(client);
+                        boolean same = id != 0 && id == session.get();
+                        settled.add(new long[] {index, System.nanoTime(), same ? 1 : 0});
                     } else if (state == ConnectionState.LOST) {
-                        settled.add(new long[] {index, -1});
+                        settled.add(new long[] {index, System.nanoTime(), 0});
                     }
                 });
                 c.start();
@@ -124,7 +127,9 @@ public class CuratorSessionsWorker {
         if (line == null || !line.startsWith("answering ")) {
             return;
         }
-        long answering = Long.parseLong(line.substring(10).trim());
+        String[] when = line.substring(10).trim().split(" ");
+        long answering = Long.parseLong(when[0]);
+        long killed = Long.parseLong(when[1]);
         long[] back = new long[sessions];
         java.util.Arrays.fill(back, Long.MIN_VALUE);
         boolean[] settledOnce = new boolean[sessions];
@@ -140,15 +145,16 @@ public class CuratorSessionsWorker {
             if (e == null) {
                 break;
             }
-            // Each client settles once, by its first word: a RECONNECTED after a LOST is a new
+            // Each client settles once, by its first word after the kill (what it said before,
+            // a flap say, is not the restart's outcome): a RECONNECTED after a LOST is a new
             // session's, not the lost one's return.
             int i = (int) e[0];
-            if (settledOnce[i]) {
+            if (settledOnce[i] || e[1] < killed) {
                 continue;
             }
             settledOnce[i] = true;
             done++;
-            if (e[1] < 0) {
+            if (e[2] == 0) {
                 lost++;
             } else {
                 back[i] = e[1];

@@ -12,15 +12,20 @@ contended mutex, splits the time from one holder's release to the next holder's 
   c  server: the listing request -> its answer
   d  client: the answer -> the new holder's delete request (acquire returns, release starts)
 
-and beside them y, the old holder's delete answer -> its next create (how soon it queues
-again). Medians and means per client (ours, zkc, cur, floor: the suffix of the bench's lock
-directories). Usage:
+A waiter that takes the lock on the watch event without listing again (ours and the floor do
+when the holder was the only one ahead of them: a fast handoff) has no b, c, d: its event ->
+delete is counted apart ("fast handoff"), with its own cycle. Beside them y, the old holder's
+delete answer -> its next create (how soon it queues again). Only handoffs whose next delete
+in the directory is the waiter's are counted. Medians and means per client (ours, zkc, cur,
+floor: the suffix of the bench's lock directories), and what was left out. Usage:
 
   benches/handoff_phases.py CAPTURE [SERVER_PORT|-] [DIR_PREFIX]
 
 SERVER_PORT defaults to the port most connections were opened to; DIR_PREFIX to
-`/bench/peers/m8-` (the peers bench's N = 8 directories). Bytes the capture cut off (its
-snap length) are taken as zeros, which keeps the messages' framing.
+`/bench/peers/m8-` (the peers bench's N = 8 directories). The capture must begin before the
+clients connect (a stream's first message is taken as its connect), be a microsecond pcap
+of Ethernet frames (`-i lo`), and keep whole messages: a stream whose bytes have a gap (a
+dropped packet) or whose framing breaks is cut there, and counted.
 """
 import statistics
 import struct
@@ -35,13 +40,15 @@ KINDS = {1: "create", 15: "create", 19: "create", 21: "create", 2: "delete",
 def packets(name):
     """(time, source port, destination port, seq, payload or None for a SYN) per TCP packet."""
     with open(name, "rb") as f:
-        f.read(24)
+        magic, _, _, _, _, _, link = struct.unpack("<IHHiIII", f.read(24))
+        if magic != 0xA1B2C3D4 or link != 1:
+            sys.exit(f"{name}: not a little-endian microsecond pcap of Ethernet frames (tcpdump -i lo)")
         while True:
             head = f.read(16)
             if len(head) < 16:
                 return
             sec, usec, kept, orig = struct.unpack("<IIII", head)
-            frame = f.read(kept) + bytes(max(0, orig - kept))
+            frame = f.read(kept)
             ip = frame[14:]
             if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 6:
                 continue
@@ -49,22 +56,39 @@ def packets(name):
             sport, dport, seq = struct.unpack(">HHI", tcp[:8])
             t = sec + usec / 1e6
             if tcp[13] & 0x02:
-                yield t, sport, dport, seq, None
+                yield t, sport, dport, seq, None, False
             payload = tcp[(tcp[12] >> 4) * 4:]
             if payload:
-                yield t, sport, dport, seq, payload
+                # Cut by the snap length: its stream ends there (counted).
+                yield t, sport, dport, seq, payload, kept < orig
 
 
-def messages(chunks):
-    """The length-prefixed messages of one direction, each with the time its last byte came."""
+BROKEN = []
+LEFT = defaultdict(int)
+
+
+def messages(chunks, key):
+    """The length-prefixed messages of one direction, each with the time its last byte came;
+    in sequence order, up to the first gap (a packet the capture missed) or cut packet."""
     buf, starts = bytearray(), []
-    for t, payload in chunks:
+    expected = None
+    for t, seq, payload, cut in sorted(chunks, key=lambda c: (c[1] - chunks[0][1]) % 2**32):
+        if expected is not None and seq != expected:
+            BROKEN.append((key, "a gap in the bytes"))
+            break
+        if cut:
+            BROKEN.append((key, "a packet cut by the snap length"))
+            break
+        expected = (seq + len(payload)) % 2**32
         starts.append((len(buf), t))
         buf += payload
     out, i, k = [], 0, 0
     while i + 4 <= len(buf):
         n = struct.unpack(">i", buf[i:i + 4])[0]
-        if n < 0 or i + 4 + n > len(buf):
+        if n <= 0 or n > 1 << 20:
+            BROKEN.append((key, "a message length of %d" % n))
+            break
+        if i + 4 + n > len(buf):
             break
         while k + 1 < len(starts) and starts[k + 1][0] <= i + 3 + n:
             k += 1
@@ -83,28 +107,37 @@ def main():
     prefix = sys.argv[3] if len(sys.argv) > 3 else "/bench/peers/m8-"
     all_packets = list(packets(capture))
     opened = defaultdict(set)
-    for t, sport, dport, seq, payload in all_packets:
+    for t, sport, dport, seq, payload, cut in all_packets:
         if payload is None:
             opened[dport].add(sport)
     if len(sys.argv) > 2 and sys.argv[2] != "-":
         server = int(sys.argv[2])
     else:
         server = max(opened, key=lambda p: len(opened[p]))
-    streams, seen = defaultdict(list), defaultdict(set)
-    for t, sport, dport, seq, payload in all_packets:
-        if payload is None or server not in (sport, dport):
+    # A connection is its client port and how many times that port has opened one.
+    streams, seen, opening = defaultdict(list), defaultdict(set), defaultdict(int)
+    for t, sport, dport, seq, payload, cut in all_packets:
+        if server not in (sport, dport):
             continue
-        key = ("s", dport) if sport == server else ("c", sport)
+        port = dport if sport == server else sport
+        if payload is None:
+            if dport == server:
+                opening[port] += 1
+            continue
+        key = ("s" if sport == server else "c", (port, opening[port]))
         if seq not in seen[key]:
             seen[key].add(seq)
-            streams[key].append((t, payload))
+            streams[key].append((t, seq, payload, cut))
     # (time, client port, kind, path): requests, answers ("-answer") and watch events.
     events = []
     for (side, port), chunks in streams.items():
         if side != "c":
             continue
+        first = min(chunks, key=lambda c: (c[1] - chunks[0][1]) % 2**32)[2]
+        if first[:4].isalpha():
+            continue  # a four-letter word (`srvr`, `mntr`), not a session
         asked = {}
-        for j, (t, body) in enumerate(messages(chunks)):
+        for j, (t, body) in enumerate(messages(chunks, port)):
             if j == 0 or len(body) < 8:
                 continue  # the connect request
             xid, op = struct.unpack(">ii", body[:8])
@@ -113,7 +146,7 @@ def main():
                 if path.startswith(prefix):
                     events.append((t, port, KINDS[op], path))
                     asked[xid] = (KINDS[op], path)
-        for j, (t, body) in enumerate(messages(streams.get(("s", port), []))):
+        for j, (t, body) in enumerate(messages(streams.get(("s", port), []), port)):
             if j == 0 or len(body) < 4:
                 continue
             xid = struct.unpack(">i", body[:4])[0]
@@ -131,33 +164,43 @@ def main():
         directory = e[3] if e[2].startswith("list") else e[3].rsplit("/", 1)[0]
         by_dir[directory].append(e)
     phases = defaultdict(lambda: defaultdict(list))
+    LEFT.clear()
     for directory, evs in by_dir.items():
         client = directory.rsplit("-", 1)[-1]
         if client not in CLIENTS:
             continue
-        for i, (t0, holder, kind, node) in enumerate(evs):
-            if kind != "delete":
-                continue
-            later = evs[i:]
-            event = next((e for e in later if e[2] == "deleted" and e[3] == node), None)
+        deletes = [i for i, e in enumerate(evs) if e[2] == "delete"]
+        for at, nxt in zip(deletes, deletes[1:]):
+            t0, holder, _, node = evs[at]
+            release, waiter = evs[nxt][0], evs[nxt][1]
+            between = evs[at:nxt]
+            # The deletion's event to the waiter that deletes next (not to the holder itself).
+            event = next((e for e in between if e[2] == "deleted" and e[3] == node
+                          and e[1] == waiter and e[1] != holder), None)
             if event is None:
+                LEFT[client] += 1
                 continue
-            tn, waiter = event[0], event[1]
-            mine = [e for e in later if e[1] == waiter and e[0] >= tn]
+            tn = event[0]
+            mine = [e for e in between if e[1] == waiter and e[0] >= tn]
             listing = next((e[0] for e in mine if e[2] == "list"), None)
-            if listing is None:
-                continue
-            answer = next((e[0] for e in mine if e[2] == "list-answer" and e[0] >= listing), None)
-            release = next((e[0] for e in mine if e[2] == "delete" and e[0] >= listing), None)
-            if answer is None or release is None or release - t0 > 0.05:
-                continue
+            answer = next((e[0] for e in mine if e[2] == "list-answer"), None)
             p = phases[client]
+            if listing is None:
+                p["fast handoff: a, delete -> watch event"].append(tn - t0)
+                p["fast handoff: watch event -> delete"].append(release - tn)
+                p["fast handoff: cycle"].append(release - t0)
+                p["every handoff: cycle"].append(release - t0)
+                continue
+            if answer is None:
+                LEFT[client] += 1
+                continue
             p["a server: delete -> watch event"].append(tn - t0)
             p["b client: watch event -> listing"].append(listing - tn)
             p["c server: listing -> its answer"].append(answer - listing)
             p["d client: answer -> next delete"].append(release - answer)
             p["cycle: delete -> next delete"].append(release - t0)
-            ours = [e for e in later if e[1] == holder]
+            p["every handoff: cycle"].append(release - t0)
+            ours = [e for e in evs[at:] if e[1] == holder]
             done = next((e[0] for e in ours if e[2] == "delete-answer"), None)
             again = next((e[0] for e in ours if e[2] == "create"), None)
             if done is not None and again is not None and again >= done:
@@ -176,7 +219,23 @@ def main():
                              + statistics.mean(phases[c]["c server: listing -> its answer"]))
                             / statistics.mean(phases[c]["cycle: delete -> next delete"]))
                   if phases[c]["cycle: delete -> next delete"] else "-") for c in CLIENTS))
-    print("handoffs:", ", ".join(f"{c} {len(phases[c]['cycle: delete -> next delete'])}" for c in CLIENTS))
+    # On a leader that fsyncs, the old holder's new create is flushed as the waiter comes; if
+    # the waiter's delete arrives during that flush it waits for it: the cycle is then y plus
+    # two flushes, whatever the waiter's speed (this row constant across clients says so).
+    print("%-36s" % "cycle minus y (means)" + "".join(
+        "%17s" % ("%.0f" % (1e6 * (statistics.mean(phases[c]["cycle: delete -> next delete"])
+                                   - statistics.mean(phases[c]["y holder: delete answer -> create"]))))
+        if phases[c]["y holder: delete answer -> create"] else "-" for c in CLIENTS))
+    print("%-36s" % "waiter's b + c + d (means)" + "".join(
+        "%17s" % ("%.0f" % sum(1e6 * statistics.mean(phases[c][k]) for k in (
+            "b client: watch event -> listing", "c server: listing -> its answer",
+            "d client: answer -> next delete")))
+        if phases[c]["b client: watch event -> listing"] else "-" for c in CLIENTS))
+    print("handoffs split (listed / fast / left out, no event to the next deleter):", ", ".join(
+        f"{c} {len(phases[c]['cycle: delete -> next delete'])} / "
+        f"{len(phases[c]['fast handoff: cycle'])} / {LEFT[c]}" for c in CLIENTS))
+    if BROKEN:
+        print(f"streams cut: {len(BROKEN)} ({', '.join(sorted({why for _, why in BROKEN}))})")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@
 //! `cargo bench --bench peers [-- --quick] [-- --ensemble [--on-leader]] [-- --n 8,32]
 //! [-- --blocks 6]`: with `--ensemble` on three members that fsync, every client on one follower
 //! (on the leader with `--on-leader`). `--n` runs only the contended mutex at those N (no other
-//! figure, no plot), for a closer look at one N; `--blocks` sets its blocks of 1 s per client.
+//! figure, no plot), for a closer look at one N, beside as many sessions as a full run
+//! connects; `--blocks K` makes every alternated section K blocks of 1 s per client (6 by
+//! default), and the untimed warm-ups K/3 s.
 //! Skips Curator, saying why, if Java or Curator is missing.
 
 mod common;
@@ -45,6 +47,26 @@ fn main() {
         args.ensemble || !args.on_leader,
         "--on-leader goes with --ensemble"
     );
+    // `--n LIST`: only the contended mutex, at those N. Read before any server starts.
+    let only: Option<Vec<usize>> = std::env::args()
+        .skip_while(|a| a != "--n")
+        .nth(1)
+        .map(|list| {
+            list.split(',')
+                .map(|n| match n.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => panic!("--n takes contender counts like 8,32, not {list:?}"),
+                })
+                .collect()
+        });
+    let blocks: u32 = match std::env::args().skip_while(|a| a != "--blocks").nth(1) {
+        Some(k) => match k.parse() {
+            Ok(k) if k > 0 => k,
+            _ => panic!("--blocks takes a count of blocks, at least 1, not {k:?}"),
+        },
+        None if args.quick => 1,
+        None => 6,
+    };
     let server = if args.ensemble {
         Target::Three(Ensemble::start(args.on_leader))
     } else {
@@ -59,11 +81,6 @@ fn main() {
     println!("target: {target}");
     json("peers", &[("target", s(target))]);
     let connect = server.connect_string();
-    // `--n LIST`: only the contended mutex, at those N.
-    let only: Option<Vec<usize>> = std::env::args()
-        .skip_while(|a| a != "--n")
-        .nth(1)
-        .map(|list| list.split(',').filter_map(|n| n.parse().ok()).collect());
     let ns: Vec<usize> = match &only {
         Some(list) => list.clone(),
         None if args.quick => vec![2, 8],
@@ -74,12 +91,11 @@ fn main() {
     } else {
         Some(256)
     };
-    let most = big.unwrap_or(*ns.iter().max().unwrap_or(&8));
-    let blocks: u32 = match std::env::args().skip_while(|a| a != "--blocks").nth(1) {
-        Some(k) => k.parse().expect("--blocks K"),
-        None if args.quick => 1,
-        None => 6,
-    };
+    // Every client connects as many sessions as the whole run's largest N (256; with `--n`
+    // too, so that a closer look runs beside as many idle sessions, threads and JVM clients
+    // as the full run does), or the quick run's.
+    let widest = ns.iter().copied().max().unwrap_or(8);
+    let most = if args.quick { widest } else { widest.max(256) };
     // A contended block is 1 s per client (0.5 s with `--quick`).
     let run_for = Duration::from_millis(if args.quick { 500 } else { 1000 }) * blocks;
     let ours = clients(&connect, most);

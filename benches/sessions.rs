@@ -91,6 +91,9 @@ struct Restart {
     /// The instant (`CLOCK_MONOTONIC`, ns) the sessions' return is timed from: the server
     /// answering again, or a new leader serving.
     answering: u64,
+    /// The kill's instant (`CLOCK_MONOTONIC`, ns): a worker counts only what its sessions say
+    /// after it.
+    killed: u64,
 }
 
 impl Servers {
@@ -149,7 +152,12 @@ impl Servers {
     /// awaited, and the old one started again. `lose_disk` (`--plant-loss`, standalone): the
     /// server starts again without its snapshots and transaction log, every session gone.
     fn restart(&self, lose_disk: bool) -> Restart {
+        // A server that lost its disk refuses, unanswered, a client that has seen a later
+        // transaction than its own last ("client must try another server"); it answers
+        // "expired" once it has moved past what the clients saw: the zxid it had.
+        let seen = lose_disk.then(|| zxid(self)).flatten();
         let killed = Instant::now();
+        let killed_ns = now_ns();
         match self {
             Servers::One(s) => {
                 if lose_disk {
@@ -158,10 +166,14 @@ impl Servers {
                     std::fs::remove_dir_all(&data).expect("the server's data removed");
                 }
                 s.restart().expect("restart the server");
+                if let Some(seen) = seen {
+                    advance_past(self, seen);
+                }
                 Restart {
                     down: killed.elapsed(),
                     election: None,
                     answering: now_ns(),
+                    killed: killed_ns,
                 }
             }
             Servers::Three(c) => {
@@ -200,6 +212,7 @@ impl Servers {
                 );
                 // Timed from the kill itself, not from the lookup of who led before it.
                 let killed = Instant::now();
+                let killed_ns = now_ns();
                 c.kill(leader);
                 // Polled (`srvr` every 50 ms): the server's own word on who leads.
                 c.wait_for_leader(Duration::from_secs(60))
@@ -211,10 +224,47 @@ impl Servers {
                     down: killed.elapsed(),
                     election: Some(election),
                     answering,
+                    killed: killed_ns,
                 }
             }
         }
     }
+}
+
+/// The standalone server's last transaction id (`srvr`'s `Zxid:`), if it says.
+fn zxid(servers: &Servers) -> Option<u64> {
+    let Servers::One(s) = servers else {
+        return None;
+    };
+    let answer = s.four_letter("srvr").ok()?;
+    let hex = answer.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Writes to the (restarted, empty) standalone server until its last transaction id is past
+/// `seen`, from 8 threads sharing one session, checking every 200 writes each.
+fn advance_past(servers: &Servers, seen: u64) {
+    let client = Client::builder(&servers.connect_string())
+        .session_timeout(SESSION)
+        .connect()
+        .expect("a session on the restarted server");
+    client
+        .ensure_path("/bench/sessions/plant")
+        .expect("a node to write");
+    thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                while zxid(servers).is_some_and(|z| z <= seen) {
+                    for _ in 0..200 {
+                        client
+                            .set_data("/bench/sessions/plant", b"x", None)
+                            .expect("a write");
+                    }
+                }
+            });
+        }
+    });
+    client.close();
 }
 
 /// `--split-cores`: the CPUs this process may use, halved: the members' half and the clients'.
@@ -453,6 +503,11 @@ fn main() {
         !(plant && args.ensemble),
         "--plant-loss is for the standalone server"
     );
+    // How many of ours the plant checked: a plant run that checked none proved nothing.
+    let mut planted_checks = 0;
+    // How long a Curator JVM's JIT may take to quiet down before the kill (a smoke run's
+    // figures are not compared).
+    let jit_most = Duration::from_secs(if args.quick { 10 } else { 120 });
     let what = match (args.ensemble, split.is_some()) {
         (true, false) => "ensemble",
         (true, true) => "ensemble, split cores",
@@ -533,6 +588,7 @@ fn main() {
                 curator.as_deref(),
                 split.as_ref().map(|c| &c.clients[..]),
                 plant,
+                jit_most,
             );
             println!(
             "{:>6} {:>7} {:>10.1} {:>9.2} {:>7.2} {:>7.2} {:>11.0} {:>11.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>6} {:>11} {:>10.0} {:>10.0}",
@@ -608,6 +664,7 @@ fn main() {
                         m.lost,
                         m.back
                     );
+                    planted_checks += 1;
                 }
             } else if peer.starts_with("ours") {
                 assert_eq!(m.lost, 0, "sessions lost across a short restart");
@@ -624,8 +681,14 @@ fn main() {
             curve.push((n, peer, waited.as_secs_f64() * 1e3, m.rss_kb_per_session));
         }
     }
-    // A whole run gets a plot (`plot_file`).
-    if !args.quick && !plant && only.is_none() && curve.iter().any(|c| c.0 >= 1000) {
+    assert!(
+        !plant || planted_checks > 0,
+        "--plant-loss checked none of ours (name ours in --clients, and let it fit)"
+    );
+    // A whole run gets a plot (`plot_file`): every client, three N or more, one of them 1 000
+    // or more (a closer look at one or two N would overwrite the whole run's plot).
+    if !args.quick && !plant && only.is_none() && ns.len() >= 3 && curve.iter().any(|c| c.0 >= 1000)
+    {
         let name = plot_file(what);
         match plot(&curve, &name, what) {
             Ok(()) => println!("wrote {name}"),
@@ -769,6 +832,7 @@ fn measure(
     curator: Option<&str>,
     cores: Option<&[usize]>,
     plant: bool,
+    jit_most: Duration,
 ) -> Measured {
     let mut cmd = match (peer, curator) {
         ("curator", Some(classpath)) => {
@@ -834,15 +898,17 @@ fn measure(
     let files_per_session = (field(&connected, 5) - field(&base, 4)) / n as f64;
     let connect = Duration::from_secs_f64(field(&connected, 1) / 1e3);
     // A JVM's restart measured while it still compiles its connecting code would count that
-    // compiling as reconnecting: the kill waits for its JIT to be quiet (at most 120 s). Its
-    // reconnecting code compiles during the storm itself, as a Curator user's would.
-    let jit_quiet =
-        peer != "curator" || jvm_jit_quiet(std::slice::from_mut(&mut w), Duration::from_secs(120));
+    // compiling as reconnecting: the kill waits for its JIT to be quiet (at most `jit_most`).
+    // Its reconnecting code compiles during the storm itself, as a Curator user's would.
+    let jit_quiet = peer != "curator" || jvm_jit_quiet(std::slice::from_mut(&mut w), jit_most);
     // The restart: killed and started again (or the leader killed and a new one serving).
     let client_cpu_was = cpu_ms(w.child.id());
     let members_were = server.cpu();
     let restart = server.restart(plant);
-    w.say(&format!("answering {}", restart.answering));
+    w.say(&format!(
+        "answering {} {}",
+        restart.answering, restart.killed
+    ));
     let back = w.next_line();
     let client_cpu = cpu_ms(w.child.id()) - client_cpu_was;
     let server_cpu = server.cpu_since(&members_were);
@@ -993,13 +1059,14 @@ fn worker(spec: &str) {
         "connected {:.1} {rss} {threads} {maps} {files}",
         took.as_secs_f64() * 1e3
     ));
-    let Some(answering) = answering(&mut stdin) else {
+    let Some((answering, killed)) = answering(&mut stdin) else {
         return;
     };
     let mut back: Vec<Option<Instant>> = vec![None; n];
-    // Each session settles once, by its first word: back (`Reconnected` on the same session
-    // id) or lost (`Lost`; `Connected`, a session new since; `Reconnected` on another id). A
-    // new session after a lost one is not its return.
+    // Each session settles once, by its first word after the kill (what it said before, a
+    // flap say, is not the restart's outcome): back (`Reconnected` on the same session id) or
+    // lost (`Lost`; `Connected`, a session new since; `Reconnected` on another id). A new
+    // session after a lost one is not its return.
     let mut settled_each = vec![false; n];
     let mut lost = 0;
     let mut settled = 0;
@@ -1011,7 +1078,7 @@ fn worker(spec: &str) {
         for (i, sub) in subs.iter().enumerate() {
             while let Some(e) = sub.try_recv() {
                 any = true;
-                if settled_each[i] {
+                if settled_each[i] || e.at < killed {
                     continue;
                 }
                 match e.state {
@@ -1039,12 +1106,20 @@ fn worker(spec: &str) {
     }
 }
 
-/// Reads `answering <ns>` (the server answers again since that CLOCK_MONOTONIC instant) and
-/// returns that instant on this process's clock.
-fn answering(stdin: &mut impl Iterator<Item = std::io::Result<String>>) -> Option<Instant> {
+/// Reads `answering <ns> <killed ns>` (the server answers again since the first
+/// CLOCK_MONOTONIC instant; it was killed at the second) and returns both instants on this
+/// process's clock.
+fn answering(
+    stdin: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Option<(Instant, Instant)> {
     let line = stdin.next()?.ok()?;
-    let ns: u64 = line.strip_prefix("answering ")?.parse().ok()?;
-    Instant::now().checked_sub(Duration::from_nanos(now_ns().saturating_sub(ns)))
+    let mut parts = line.strip_prefix("answering ")?.split(' ');
+    let (ns, killed): (u64, u64) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    let (now, at) = (Instant::now(), now_ns());
+    Some((
+        now.checked_sub(Duration::from_nanos(at.saturating_sub(ns)))?,
+        now.checked_sub(Duration::from_nanos(at.saturating_sub(killed)))?,
+    ))
 }
 
 /// `back <count> <lost> <ms after answering, per session back>...`
@@ -1104,7 +1179,8 @@ fn zkc_worker(
         out
     });
     let took = began.elapsed();
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Option<Instant>)>();
+    // (session, when, back or lost): every return and the end, as they come.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Instant, bool)>();
     for (i, c) in clients.iter().enumerate() {
         let mut state = c.state_watcher();
         let tx = tx.clone();
@@ -1113,11 +1189,11 @@ fn zkc_worker(
             loop {
                 match state.changed().await {
                     SessionState::SyncConnected if left => {
-                        let _ = tx.send((i, Some(Instant::now())));
-                        return;
+                        left = false;
+                        let _ = tx.send((i, Instant::now(), true));
                     }
                     SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                        let _ = tx.send((i, None));
+                        let _ = tx.send((i, Instant::now(), false));
                         return;
                     }
                     SessionState::SyncConnected => {}
@@ -1132,19 +1208,28 @@ fn zkc_worker(
         "connected {:.1} {rss} {threads} {maps} {files}",
         took.as_secs_f64() * 1e3
     ));
-    let Some(answering) = answering(stdin) else {
+    let Some((answering, killed)) = answering(stdin) else {
         return;
     };
     let mut back: Vec<Option<Instant>> = vec![None; n];
-    let mut lost = 0;
+    // Each session settles once, by its first word after the kill (as ours do, above).
+    let mut settled_each = vec![false; n];
+    let (mut lost, mut settled) = (0, 0);
     let until = Instant::now() + SESSION;
-    for _ in 0..n {
+    while settled < n {
         let Some(left) = until.checked_duration_since(Instant::now()) else {
             break;
         };
         match rx.recv_timeout(left) {
-            Ok((i, Some(at))) => back[i] = Some(at),
-            Ok((_, None)) => lost += 1,
+            Ok((i, at, came_back)) if !settled_each[i] && at >= killed => {
+                settled_each[i] = true;
+                settled += 1;
+                match came_back {
+                    true => back[i] = Some(at),
+                    false => lost += 1,
+                }
+            }
+            Ok(_) => {}
             Err(_) => break,
         }
     }
