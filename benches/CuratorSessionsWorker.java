@@ -10,7 +10,8 @@
 //     the second, and only what a client says after it counts): waits until every client
 //     is RECONNECTED (on its session id: another id counts as lost) or LOST (at most a session
 //     timeout), then
-//     `back <count> <lost> <ms after answering, per client back>...`;
+//     `back <count> <lost> <ms from the kill to the last LOST, or -1> <ms after answering,
+//     per client back>...`;
 //   stdin closed: closes the clients and exits.
 
 import java.io.BufferedReader;
@@ -134,6 +135,7 @@ public class CuratorSessionsWorker {
         java.util.Arrays.fill(back, Long.MIN_VALUE);
         boolean[] settledOnce = new boolean[sessions];
         int lost = 0;
+        long lastLost = Long.MIN_VALUE;
         int done = 0;
         long until = System.nanoTime() + sessionMs * 1_000_000L;
         while (done < sessions) {
@@ -156,6 +158,7 @@ public class CuratorSessionsWorker {
             done++;
             if (e[2] == 0) {
                 lost++;
+                lastLost = Math.max(lastLost, e[1]);
             } else {
                 back[i] = e[1];
             }
@@ -168,7 +171,8 @@ public class CuratorSessionsWorker {
                 out.append(String.format(" %.1f", (at - answering) / 1e6));
             }
         }
-        say("back " + count + " " + lost + out);
+        double last = lastLost == Long.MIN_VALUE ? -1 : (lastLost - killed) / 1e6;
+        say(String.format("back %d %d %.1f%s", count, lost, last, out));
         while (in.readLine() != null) {
             // Until stdin closes.
         }

@@ -17,8 +17,9 @@
 //!
 //! `cargo bench --bench peers [-- --quick] [-- --ensemble [--on-leader]] [-- --n 8,32]
 //! [-- --blocks 6]`: with `--ensemble` on three members that fsync, every client on one follower
-//! (on the leader with `--on-leader`). `--n` runs only the contended mutex at those N (no other
-//! figure, no plot), for a closer look at one N, beside as many sessions as a full run
+//! (on the leader with `--on-leader`). `--n` runs the uncontended figures and the contended
+//! mutex (with its herd-lock line) at those N only (no semaphore, read/write lock, many locks,
+//! memory or plot), for a closer look at one N, beside as many sessions as a full run
 //! connects; `--blocks K` makes every alternated section K blocks of 1 s per client (6 by
 //! default), and the untimed warm-ups K/3 s.
 //! Skips Curator, saying why, if Java or Curator is missing.

@@ -84,7 +84,8 @@ enum Servers {
 
 /// A restart's times.
 struct Restart {
-    /// From the kill until the killed server (or member) serves again.
+    /// From the kill until the killed server (or member) serves again (with `--plant-loss`,
+    /// its writes past the old zxid included).
     down: Duration,
     /// From the kill until the ensemble had a leader again (an ensemble only).
     election: Option<Duration>,
@@ -155,7 +156,7 @@ impl Servers {
         // A server that lost its disk refuses, unanswered, a client that has seen a later
         // transaction than its own last ("client must try another server"); it answers
         // "expired" once it has moved past what the clients saw: the zxid it had.
-        let seen = lose_disk.then(|| zxid(self)).flatten();
+        let seen = lose_disk.then(|| zxid(self).expect("the server's Zxid (srvr) before the kill"));
         let killed = Instant::now();
         let killed_ns = now_ns();
         match self {
@@ -242,8 +243,10 @@ fn zxid(servers: &Servers) -> Option<u64> {
 }
 
 /// Writes to the (restarted, empty) standalone server until its last transaction id is past
-/// `seen`, from 8 threads sharing one session, checking every 200 writes each.
+/// `seen`, from 8 threads sharing one session, checking every 200 writes each (a failed
+/// `srvr` is asked again; at most a minute, then the bench stops).
 fn advance_past(servers: &Servers, seen: u64) {
+    let until = Instant::now() + Duration::from_secs(60);
     let client = Client::builder(&servers.connect_string())
         .session_timeout(SESSION)
         .connect()
@@ -254,7 +257,11 @@ fn advance_past(servers: &Servers, seen: u64) {
     thread::scope(|scope| {
         for _ in 0..8 {
             scope.spawn(|| {
-                while zxid(servers).is_some_and(|z| z <= seen) {
+                while zxid(servers).is_none_or(|z| z <= seen) {
+                    assert!(
+                        Instant::now() < until,
+                        "the restarted server's Zxid never passed {seen:#x}"
+                    );
                     for _ in 0..200 {
                         client
                             .set_data("/bench/sessions/plant", b"x", None)
@@ -645,14 +652,17 @@ fn main() {
                 println!("{n:>6} {peer:>7}: its JIT was not quiet before the kill (indicative)");
             }
             // Ours must keep every session across a short restart; a peer that loses one is
-            // a finding to report (Curator's slowest sessions can outlast their timeout at
-            // 5 000 on two cores), not a failed bench.
+            // a finding to report (Curator lost one of 5 000 on two cores, its slowest outlasting
+            // their timeout), not a failed bench.
             if plant {
                 // The server forgot every session with its disk: the count must see each of
-                // ours lost, and none back. A peer's shortfall is a finding about the peer.
+                // ours lost, and none back, and from the server's word: within two thirds of a
+                // session timeout of the kill, before any client's own timer (a session timeout
+                // of silence) could have said it.
+                let last = m.last_lost.map_or(f64::NAN, |d| d.as_secs_f64());
                 println!(
-                    "{n:>6} {peer:>7}: planted loss of all {n}: {} reported lost, {} back, {} \
-                     unaccounted within a session timeout",
+                    "{n:>6} {peer:>7}: planted loss of all {n}: {} reported lost (the last {last:.1} \
+                     s after the kill), {} back, {} unaccounted within a session timeout",
                     m.lost,
                     m.back,
                     n - (m.back + m.lost).min(n)
@@ -663,6 +673,11 @@ fn main() {
                         "{peer}: the planted loss went unseen: {} of {n} lost, {} back",
                         m.lost,
                         m.back
+                    );
+                    assert!(
+                        m.last_lost.is_some_and(|d| d < SESSION * 2 / 3),
+                        "{peer}: the planted loss was said {last:.1} s after the kill: a \
+                         client's own timer, not the server's answer"
                     );
                     planted_checks += 1;
                 }
@@ -823,6 +838,8 @@ struct Measured {
     /// Whether the client's JIT was quiet before the kill (Curator's JVM; always for ours and
     /// `zookeeper-client`).
     jit_quiet: bool,
+    /// From the kill until the last session the client said lost was said lost.
+    last_lost: Option<Duration>,
 }
 
 fn measure(
@@ -914,10 +931,15 @@ fn measure(
     let server_cpu = server.cpu_since(&members_were);
     w.close_stdin();
     let _ = w.child.wait();
-    // `back <count> <lost> <ms after answering, each> ...`
+    // `back <count> <lost> <last loss, ms after the kill, or -1> <ms after answering, each> ...`
     let mut parts = back.split_whitespace().skip(1);
     let count: usize = parts.next().and_then(|v| v.parse().ok()).expect("count");
     let lost: usize = parts.next().and_then(|v| v.parse().ok()).expect("lost");
+    let last_lost: f64 = parts
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("last loss");
+    let last_lost = (last_lost >= 0.0).then(|| Duration::from_secs_f64(last_lost / 1e3));
     let mut times: Vec<f64> = parts.filter_map(|v| v.parse().ok()).collect();
     times.sort_by(f64::total_cmp);
     let at = |p: f64| -> Duration {
@@ -946,6 +968,7 @@ fn measure(
         client_cpu,
         server_cpu,
         jit_quiet,
+        last_lost,
     }
 }
 
@@ -985,10 +1008,10 @@ fn usage() -> (u64, u64, u64, u64) {
 
 /// A worker: `connect n` in `ZKR_SESSIONS_WORKER`. Says
 /// `base <rss KB> <threads> <maps> <files>`; on `connect`, connects its sessions and says
-/// `connected <ms> <rss KB> <threads> <maps> <files>`; on `answering <ns>` (the server is
-/// back, at that CLOCK_MONOTONIC instant), waits until every session is back or lost (at most
-/// a session timeout) and says
-/// `back <count> <lost> <ms after answering, per session back>...`.
+/// `connected <ms> <rss KB> <threads> <maps> <files>`; on `answering <ns> <killed ns>` (the
+/// server is back at the first CLOCK_MONOTONIC instant; it was killed at the second), waits
+/// until every session is back or lost (at most a session timeout) and says `back ...`
+/// (`report_back`).
 fn worker(spec: &str) {
     init_logs();
     // A socket per session: the soft limit on open files up to the hard one.
@@ -1069,6 +1092,7 @@ fn worker(spec: &str) {
     // session after a lost one is not its return.
     let mut settled_each = vec![false; n];
     let mut lost = 0;
+    let mut last_lost = None;
     let mut settled = 0;
     let until = Instant::now() + SESSION;
     // One thread reads every subscription in turn (a thread per session would cost what is
@@ -1087,7 +1111,10 @@ fn worker(spec: &str) {
                     }
                     ConnectionState::Reconnected
                     | ConnectionState::Lost
-                    | ConnectionState::Connected => lost += 1,
+                    | ConnectionState::Connected => {
+                        lost += 1;
+                        last_lost = last_lost.max(Some(e.at));
+                    }
                     _ => continue,
                 }
                 settled_each[i] = true;
@@ -1100,7 +1127,7 @@ fn worker(spec: &str) {
             thread::sleep(Duration::from_millis(20));
         }
     }
-    say(report_back(&back, lost, answering));
+    say(report_back(&back, lost, last_lost, answering, killed));
     for c in &clients {
         c.close();
     }
@@ -1122,8 +1149,18 @@ fn answering(
     ))
 }
 
-/// `back <count> <lost> <ms after answering, per session back>...`
-fn report_back(back: &[Option<Instant>], lost: usize, answering: Instant) -> String {
+/// `back <count> <lost> <ms from the kill to the last loss said, or -1> <ms after answering,
+/// per session back>...`
+fn report_back(
+    back: &[Option<Instant>],
+    lost: usize,
+    last_lost: Option<Instant>,
+    answering: Instant,
+    killed: Instant,
+) -> String {
+    let last = last_lost.map_or(-1.0, |at| {
+        at.saturating_duration_since(killed).as_secs_f64() * 1e3
+    });
     let times: Vec<String> = back
         .iter()
         .flatten()
@@ -1136,7 +1173,7 @@ fn report_back(back: &[Option<Instant>], lost: usize, answering: Instant) -> Str
             format!("{ms:.1}")
         })
         .collect();
-    format!("back {} {lost} {}", times.len(), times.join(" "))
+    format!("back {} {lost} {last:.1} {}", times.len(), times.join(" "))
 }
 
 /// The `zookeeper-client` worker: its `n` sessions on one multi-thread runtime of two
@@ -1214,7 +1251,7 @@ fn zkc_worker(
     let mut back: Vec<Option<Instant>> = vec![None; n];
     // Each session settles once, by its first word after the kill (as ours do, above).
     let mut settled_each = vec![false; n];
-    let (mut lost, mut settled) = (0, 0);
+    let (mut lost, mut settled, mut last_lost) = (0, 0, None);
     let until = Instant::now() + SESSION;
     while settled < n {
         let Some(left) = until.checked_duration_since(Instant::now()) else {
@@ -1226,14 +1263,17 @@ fn zkc_worker(
                 settled += 1;
                 match came_back {
                     true => back[i] = Some(at),
-                    false => lost += 1,
+                    false => {
+                        lost += 1;
+                        last_lost = last_lost.max(Some(at));
+                    }
                 }
             }
             Ok(_) => {}
             Err(_) => break,
         }
     }
-    say(report_back(&back, lost, answering));
+    say(report_back(&back, lost, last_lost, answering, killed));
     // Closed and waited for (bounded): a session left to expire would do so during the next
     // configuration's measurement.
     let mut watchers: Vec<_> = clients.iter().map(|c| c.state_watcher()).collect();
