@@ -115,7 +115,7 @@ public class CuratorSessionsWorker {
         }
         pool.shutdown();
         double took = (System.nanoTime() - began) / 1e6;
-        say(String.format("connected %.1f %s", took, usage()));
+        say(String.format(java.util.Locale.ROOT, "connected %.1f %s", took, usage()));
         // `jit` (any number of times, before the restart) asks for this JVM's compile time so
         // far, in ms: the bench waits for the JIT to be quiet before it kills the server.
         java.lang.management.CompilationMXBean jit =
@@ -168,11 +168,11 @@ public class CuratorSessionsWorker {
         for (long at : back) {
             if (at != Long.MIN_VALUE) {
                 count++;
-                out.append(String.format(" %.1f", (at - answering) / 1e6));
+                out.append(String.format(java.util.Locale.ROOT, " %.1f", (at - answering) / 1e6));
             }
         }
         double last = lastLost == Long.MIN_VALUE ? -1 : (lastLost - killed) / 1e6;
-        say(String.format("back %d %d %.1f%s", count, lost, last, out));
+        say(String.format(java.util.Locale.ROOT, "back %d %d %.1f%s", count, lost, last, out));
         while (in.readLine() != null) {
             // Until stdin closes.
         }

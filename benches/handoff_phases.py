@@ -224,7 +224,7 @@ def main():
                   if phases[c]["cycle: delete -> next delete"] else "-") for c in CLIENTS))
     # On a leader that fsyncs, the old holder's new create is flushed as the waiter comes; if
     # the waiter's delete arrives during that flush it waits for it: the cycle is then y plus
-    # two flushes (the "cycle minus y" row alike across clients says so).
+    # two flushes, and the "cycle minus y" row comes out alike for clients in that regime.
     print("%-36s" % "waiter's b + c + d (means)" + "".join(
         "%17s" % ("%.0f" % sum(1e6 * statistics.mean(phases[c][k]) for k in (
             "b client: watch event -> listing", "c server: listing -> its answer",
