@@ -28,10 +28,13 @@
 //! `ClientBuilder::io_thread_reads_all`, one descriptor per session instead of two.
 //!
 //! Under Curator's sessions the server is killed only once the JVM's JIT has been quiet for a
-//! second (at most 120 s; a JIT still busy is reported beside the row). `--plant-loss` (standalone) restarts
-//! the server without its disk: every session is really gone, and the run fails unless ours
-//! reports each one lost and none back (the count's power, shown); each peer's count is
-//! printed.
+//! second (at most 120 s, 10 s with `--quick`; a JIT still busy is reported beside the row).
+//! `--plant-loss` (standalone) restarts the server without its disk, and writes to it until
+//! its last transaction id is past the one it had (else it would refuse the clients that saw
+//! more): every session is really gone, and the run fails unless ours reports each one lost,
+//! none back, the last before a session timeout less 2 s from the kill (the server's word, not
+//! our own timer), and unless ours ran at all: the count's power, shown. Each peer's count and
+//! its last loss are printed.
 //!
 //! `cargo bench --bench sessions [-- --quick] [-- --n 1,100] [-- --backlog 1024] [-- --ensemble]
 //! [-- --raise-limits] [-- --clients ours,zkc] [-- --split-cores] [-- --plant-loss]`. Ours beside
